@@ -1,0 +1,180 @@
+"""Peer figures for huey's ``SqliteHuey`` backend, measured on this machine.
+
+Both functions run one ``huey_consumer`` in a separate OS process against a fresh
+SQLite file inside ``workdir``. The consumer imports this module (it must be
+importable as ``bench.peers.huey_sqlite``, i.e. the repo root is on ``sys.path``),
+and finds its database and tick file through environment variables.
+
+Every task runs :func:`tick`, which appends its start time (``time.time()``) as one
+fixed-width line to a tick file: an O_APPEND write of 18 bytes, which is safe across
+threads and processes and costs a few microseconds. The parent counts lines with
+``os.stat`` instead of querying SQLite, so polling never takes the database lock.
+The tasks return ``None``, which huey does not store (``store_none=False``), so no
+result row is written.
+
+The consumer runs with ``-q``: huey's default INFO logging writes two lines per
+task, and we measure queueing overhead, not log formatting.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from huey import SqliteHuey
+
+_DB_ENV = "BENCH_HUEY_DB"
+_TICKS_ENV = "BENCH_HUEY_TICKS"
+_LINE = 18  # len(b"%017.6f\n" % time.time())
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# The consumer gets its database from the environment. The parent process swaps in
+# a storage for its own fresh file (see _attach); ":memory:" creates no file.
+huey = SqliteHuey("bench", filename=os.environ.get(_DB_ENV, ":memory:"))
+
+
+@huey.task()
+def tick() -> None:
+    """No-op task: record the time its execution started."""
+    line = b"%017.6f\n" % time.time()
+    fd = os.open(os.environ[_TICKS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _attach(workdir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """Point ``huey`` at a fresh database in a new subfolder of ``workdir``."""
+    run = pathlib.Path(tempfile.mkdtemp(prefix="huey-", dir=workdir))
+    db, ticks = run / "huey.db", run / "ticks"
+    huey.storage.close()
+    huey.storage = huey.get_storage(filename=str(db))
+    ticks.touch()
+    return db, ticks
+
+
+def _start_consumer(
+    db: pathlib.Path, ticks: pathlib.Path, *args: str
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, _DB_ENV: str(db), _TICKS_ENV: str(ticks)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "huey.bin.huey_consumer", f"{__name__}.huey", "-q", *args]
+    with open(db.with_suffix(".log"), "wb") as log:
+        return subprocess.Popen(cmd, cwd=_ROOT, env=env, stdout=log, stderr=log)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # huey: SIGTERM = stop now, SIGINT = graceful
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ticks(ticks: pathlib.Path, count: int, proc: subprocess.Popen[bytes],
+                interval: float, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while ticks.stat().st_size < count * _LINE:
+        if proc.poll() is not None:
+            raise RuntimeError(f"huey consumer exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"huey ran {ticks.stat().st_size // _LINE}/{count} tasks")
+        time.sleep(interval)
+
+
+def _read_ticks(ticks: pathlib.Path) -> list[float]:
+    return [float(line) for line in ticks.read_bytes().split()]
+
+
+def drain_throughput(
+    n: int, workdir: pathlib.Path, *, workers: int = 2, worker_type: str = "thread"
+) -> float:
+    """Jobs/s for one huey consumer draining ``n`` pre-enqueued no-op tasks.
+
+    The queue is filled first, then the consumer is started. The figure is
+    ``(n - 1) / (last task start - first task start)`` from the tasks' own
+    timestamps, so interpreter start-up and huey import are excluded exactly and
+    neither the enqueue phase nor our 20 ms completion polling is mixed in.
+
+    Enqueueing inserts ``huey.serialize_task(tick.s())`` messages with one
+    ``executemany`` in a single transaction; a plain ``tick()`` call would commit
+    (and fsync) once per task. Both write the same rows.
+
+    Worker setting: PLACEHOLDER
+    """
+    db, ticks = _attach(workdir)
+    row = (huey.name, huey.serialize_task(tick.s()), 0)
+    with huey.storage.db(commit=True) as cursor:
+        cursor.executemany("insert into task (queue, data, priority) values (?, ?, ?)",
+                           [row] * n)
+    huey.storage.close()
+    proc = _start_consumer(db, ticks, "-w", str(workers), "-k", worker_type)
+    try:
+        _wait_ticks(ticks, n, proc, interval=0.02, timeout=60 + n / 100)
+    finally:
+        _stop(proc)
+    stamps = _read_ticks(ticks)
+    return (n - 1) / (max(stamps) - min(stamps))
+
+
+def pickup_latency(samples: int, workdir: pathlib.Path) -> tuple[float, float]:
+    """(p50, p99) ms from enqueue to task start, one task in flight at a time.
+
+    The consumer runs with huey's default settings (one thread worker, polling
+    ``initial_delay`` ``-d 0.1`` s, multiplied by ``backoff`` ``-b 1.15`` after every
+    empty poll, capped at ``max_delay`` ``-m 10`` s, reset to 0.1 s whenever a task is
+    dequeued). So on a quiet queue huey finds a task at the worker's next poll,
+    0-100 ms later and more the longer the queue stayed empty.
+
+    Warm-up tasks run until the consumer has executed one, so start-up is excluded.
+    Then each sample is enqueued with a plain ``tick()`` call (one committed insert),
+    the enqueue time being taken just before that call; the next one follows
+    25-75 ms (uniform, mean 50 ms) after the previous one has run. The random gap
+    keeps the arrivals from locking into phase with huey's poll timer.
+    """
+    db, ticks = _attach(workdir)
+    proc = _start_consumer(db, ticks)
+    rng = random.Random(1)
+    try:
+        tick()
+        _wait_ticks(ticks, 1, proc, interval=0.01, timeout=30)
+        enqueued: list[float] = []
+        for i in range(samples):
+            time.sleep(rng.uniform(0.025, 0.075))
+            enqueued.append(time.time())
+            tick()
+            _wait_ticks(ticks, i + 2, proc, interval=0.005, timeout=30)
+    finally:
+        _stop(proc)
+    started = _read_ticks(ticks)[1:]
+    lat = sorted((s - e) * 1000 for s, e in zip(started, enqueued, strict=True))
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    return q[49], q[98]
+
+
+def _main() -> None:
+    import huey as huey_pkg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rate = drain_throughput(20_000, pathlib.Path(tmp))
+        p50, p99 = pickup_latency(100, pathlib.Path(tmp))
+    print(f"huey {huey_pkg.__version__} SqliteHuey")
+    print(f"drain: {rate:,.0f} jobs/s")
+    print(f"pickup latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+
+
+if __name__ == "__main__":
+    # Import under the real module name so task names match the consumer's.
+    from bench.peers import huey_sqlite
+
+    huey_sqlite._main()

@@ -1,0 +1,296 @@
+"""App: the facade users hold. Configuration, task registry, and every job operation.
+
+Every operation is written once, async; the sync twin runs it through the portal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from ferryq import _json, insights, policy
+from ferryq._portal import Portal
+from ferryq.backoff import Backoff
+from ferryq.errors import (
+    ConfigurationError,
+    JobCancelled,
+    JobDead,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
+    ResultTimeout,
+    SerializationError,
+)
+from ferryq.handle import JobHandle
+from ferryq.job import Job, State
+from ferryq.policy import JobOptions
+from ferryq.store import Store, open_store
+from ferryq.store.base import JobFilter, NewJob
+from ferryq.task import Task
+
+if TYPE_CHECKING:
+    from ferryq.insights import Explanation
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+DEFAULT_URL = "sqlite:///ferryq.db"
+DEFAULT_TASK_OPTIONS = JobOptions(queue="default", ttr=60.0, max_tries=3, priority=0.0)
+_FAILURES: dict[State, type[JobFailed]] = {
+    State.DEAD: JobDead,
+    State.CANCELLED: JobCancelled,
+    State.EXPIRED: JobExpired,
+}
+
+
+class App:
+    """A ferryq application: a database URL, a namespace, and the tasks it knows.
+
+    ``clock`` returns Unix seconds; tests pass a frozen one to control time.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "default",
+        clock: Callable[[], float] = time.time,
+        max_payload_bytes: int = 1 << 20,
+    ) -> None:
+        self.url = url or os.environ.get("FERRYQ_URL") or DEFAULT_URL
+        JobOptions(namespace=namespace).validate()
+        self.namespace = namespace
+        self.clock = clock
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
+        self._opened: asyncio.Future[None] | None = None
+        self._portal: Portal | None = None
+
+    def __repr__(self) -> str:
+        return f"<ferryq.App {self.url} namespace={self.namespace} tasks={len(self.tasks)}>"
+
+    # -- tasks -------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_tries: int | None = None,
+        retry: Backoff | None = None,
+        ttr: float | None = None,
+        ttl: float | None = None,
+        priority: float | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_tries=5)``."""
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            if task_name in self.tasks:
+                raise ConfigurationError(f"task {task_name!r} is registered twice")
+            task = Task(self, func, task_name, DEFAULT_TASK_OPTIONS.merged(**options))
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- the store and the portal ------------------------------------------------
+
+    async def store(self) -> Store:
+        """The opened store, opened (and migrated) on first use."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = open_store(self.url)
+            store = self._store
+        await store.open()
+        return store
+
+    def portal_call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to completion from sync code."""
+        with self._store_lock:
+            if self._portal is None:
+                self._portal = Portal()
+            portal = self._portal
+        return portal.call(coro)
+
+    def close(self) -> None:
+        """Close the database connections and the portal thread."""
+        store, self._store = self._store, None
+        if store is not None:
+            if self._portal is not None:
+                self._portal.call(store.close())
+            else:
+                asyncio.run(store.close())
+        if self._portal is not None:
+            self._portal.close()
+            self._portal = None
+
+    async def aclose(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            await store.close()
+
+    # -- enqueue -----------------------------------------------------------------
+
+    async def enqueue_raw(
+        self, task: str, encoded_args: Sequence[str], options: JobOptions
+    ) -> list[JobHandle]:
+        """Insert jobs whose args are already JSON; every option is validated first."""
+        if options.lane is not None:
+            raise ConfigurationError("lanes are not available in this version of ferryq")
+        now = self.clock()
+        due = policy.due_time(now, options)
+        priority = options.priority or 0.0
+        for args in encoded_args:
+            if len(args) > self.max_payload_bytes:
+                raise SerializationError(
+                    f"arguments of {task} are {len(args)} bytes; "
+                    f"the limit is {self.max_payload_bytes}"
+                )
+        template = NewJob(
+            namespace=options.namespace or self.namespace,
+            queue=options.queue or "default",
+            task=task,
+            args="",
+            state=State.SCHEDULED if due > now else State.READY,
+            run_at=due,
+            order_time=policy.order_time(due, priority),
+            created_at=now,
+            priority=priority,
+            lane=options.lane,
+            expires_at=policy.expires_at(now, options.ttl),
+            ttr=options.ttr or 60.0,
+            max_tries=options.max_tries or 3,
+            retry=_json.dumps(options.retry.to_dict() if options.retry else {}),
+            unique_key=options.unique_key,
+            unique_for=options.unique_for,
+            stage=options.stage,
+            context=_json.dumps(options.context, "context"),
+            meta=_json.dumps(options.meta, "meta"),
+        )
+        jobs = [_with_args(template, args) for args in encoded_args]
+        if not jobs:
+            return []
+        inserted = await (await self.store()).job_insert_many(jobs)
+        return [JobHandle(self, row.id, row.created) for row in inserted]
+
+    def enqueue(self, task: str, args: Any = (), **options: Any) -> JobHandle:
+        """Enqueue by task name (the task need not be registered here)."""
+        return self.portal_call(self.enqueue_async(task, args, **options))
+
+    async def enqueue_async(self, task: str, args: Any = (), **options: Any) -> JobHandle:
+        known = self.tasks.get(task)
+        defaults = known.defaults if known else DEFAULT_TASK_OPTIONS
+        if isinstance(args, tuple):
+            args = list(args)
+        encoded = _json.dumps(args, f"arguments of {task}")
+        return (await self.enqueue_raw(task, [encoded], defaults.merged(**options)))[0]
+
+    # -- reading and operating jobs ----------------------------------------------
+
+    async def get_job_async(self, job_id: int) -> Job:
+        job = await (await self.store()).job_get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def get_job(self, job_id: int) -> Job:
+        return self.portal_call(self.get_job_async(job_id))
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """Wait until the job is terminal; its result, or :class:`JobFailed`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 0.002
+        while True:
+            job = await self.get_job_async(job_id)
+            if job.state == State.SUCCEEDED:
+                return job.result
+            if job.terminal:
+                raise _FAILURES[job.state](job.id, job.state, job.error)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(f"job {job_id} is still {job.state} after {timeout} s")
+            pause = interval if deadline is None else min(interval, deadline - time.monotonic())
+            await asyncio.sleep(max(pause, 0.0))
+            interval = min(interval * 1.5, 0.1)
+
+    async def cancel_async(self, job_id: int) -> Job:
+        return await (await self.store()).job_cancel(job_id, self.clock())
+
+    def cancel(self, job_id: int) -> Job:
+        return self.portal_call(self.cancel_async(job_id))
+
+    async def respawn_async(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
+        """Queue dead, cancelled or expired jobs again with a fresh try count."""
+        now = self.clock()
+        return await (await self.store()).job_respawn(job_ids, now, policy.expires_at(now, ttl))
+
+    def respawn(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
+        return self.portal_call(self.respawn_async(job_ids, ttl))
+
+    async def purge_async(self, job_ids: Sequence[int]) -> int:
+        return await (await self.store()).job_purge(job_ids)
+
+    def purge(self, job_ids: Sequence[int]) -> int:
+        return self.portal_call(self.purge_async(job_ids))
+
+    async def list_jobs_async(self, **filters: Any) -> list[Job]:
+        filters.setdefault("namespace", self.namespace)
+        return await (await self.store()).job_list(JobFilter(**filters))
+
+    def list_jobs(self, **filters: Any) -> list[Job]:
+        return self.portal_call(self.list_jobs_async(**filters))
+
+    async def explain_async(self, job_id: int) -> Explanation:
+        return await insights.explain(await self.store(), job_id, self.clock())
+
+    def explain(self, job_id: int) -> Explanation:
+        return self.portal_call(self.explain_async(job_id))
+
+    async def stats_async(self) -> insights.Stats:
+        return await insights.stats(await self.store(), self.namespace, self.clock())
+
+    def stats(self) -> insights.Stats:
+        return self.portal_call(self.stats_async())
+
+    # -- workers -----------------------------------------------------------------
+
+    def run_worker(self, **options: Any) -> None:
+        """Run a worker in this thread until stopped (or, with ``burst=True``, drained)."""
+        asyncio.run(self.run_worker_async(**options))
+
+    async def run_worker_async(self, **options: Any) -> None:
+        from ferryq.worker import Worker
+
+        worker = Worker(self, **options)
+        try:
+            await worker.run()
+        finally:
+            await self.aclose()
+
+
+def _with_args(template: NewJob, args: str) -> NewJob:
+    job = NewJob(**{name: getattr(template, name) for name in NewJob.__slots__})
+    job.args = args
+    return job

@@ -1,0 +1,82 @@
+"""Every exception ferryq raises on purpose derives from :class:`FerryqError`.
+
+::
+
+    FerryqError
+    ├── ConfigurationError      a URL, option or setting that cannot work
+    ├── SerializationError      args, results or context that are not JSON
+    ├── JobNotFound             no hot or historical job has that id
+    ├── InvalidTransition       the job's state does not allow the operation
+    ├── StoreError              the database failed in a way a retry will not mend
+    ├── JobFailed               handle.result() on a job that ended without success
+    │   ├── JobDead
+    │   ├── JobCancelled
+    │   └── JobExpired
+    └── ResultTimeout           handle.result(timeout=...) ran out of time
+
+Invalid options raise :class:`ValueError` naming the option, as Python code expects.
+
+Two more classes are control flow for handlers rather than errors: ``Retry`` and
+``Fail`` (see :mod:`ferryq.outcome`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FerryqError(Exception):
+    """Root of every ferryq error."""
+
+
+class ConfigurationError(FerryqError):
+    """A URL, option or setting that cannot work."""
+
+
+class SerializationError(FerryqError):
+    """A value that ferryq must store is not JSON-serialisable."""
+
+
+class JobNotFound(FerryqError, LookupError):
+    """No job, hot or historical, has that id."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class InvalidTransition(FerryqError):
+    """The job's current state does not allow the requested operation."""
+
+
+class StoreError(FerryqError):
+    """The database failed in a way that retrying will not mend."""
+
+
+class JobFailed(FerryqError):
+    """The job reached a terminal state other than ``succeeded``."""
+
+    def __init__(self, job_id: int, state: str, error: Any) -> None:
+        detail = ""
+        if isinstance(error, dict) and error.get("message"):
+            detail = f": {error['message']}"
+        super().__init__(f"job {job_id} is {state}{detail}")
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+
+
+class JobDead(JobFailed):
+    """The job ran out of tries or failed permanently."""
+
+
+class JobCancelled(JobFailed):
+    """The job was cancelled."""
+
+
+class JobExpired(JobFailed):
+    """The job passed its ttl before it could run."""
+
+
+class ResultTimeout(FerryqError, TimeoutError):
+    """``result(timeout=...)`` ran out of time before the job finished."""

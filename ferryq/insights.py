@@ -1,0 +1,152 @@
+"""Read-only views shared by the Python API, the CLI, the HTTP API and the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ferryq.errors import JobNotFound
+from ferryq.job import Job, State
+from ferryq.store.base import Store, WorkerInfo
+
+#: A worker whose last heartbeat is older than this is not counted as live.
+WORKER_ALIVE_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a job is (not) running: a reason code, a sentence, and the data behind it."""
+
+    job_id: int
+    state: State
+    reason: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": str(self.state),
+            "reason": self.reason,
+            "message": self.message,
+            "data": self.data,
+        }
+
+
+def when(ts: float | None) -> str:
+    """A timestamp as people read it in logs: ISO 8601, UTC, to the millisecond."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def explain(store: Store, job_id: int, now: float) -> Explanation:
+    job = await store.job_get(job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.terminal:
+        return _explain_terminal(job)
+    if job.state == State.RUNNING:
+        return _explain_running(job, now)
+    if job.expires_at is not None and job.expires_at <= now:
+        return _say(job, "expiring", f"passed its ttl at {when(job.expires_at)}; it will not run",
+                    expires_at=job.expires_at)  # fmt: skip
+    if job.run_at > now:
+        return _explain_not_due(job)
+    return await _explain_ready(store, job, now)
+
+
+def _explain_terminal(job: Job) -> Explanation:
+    finished = when(job.finished_at)
+    if job.state == State.SUCCEEDED:
+        return _say(job, "done", f"succeeded at {finished} after {job.attempts} attempt(s)")
+    if job.state == State.CANCELLED:
+        return _say(job, "cancelled", f"cancelled at {finished}")
+    if job.state == State.EXPIRED:
+        return _say(job, "expired", f"expired at {finished}: its ttl passed before it could run",
+                    expires_at=job.expires_at)  # fmt: skip
+    message = (job.error or {}).get("message", "unknown error")
+    return _say(job, "dead", f"dead since {finished} after {job.attempts} attempt(s): {message}",
+                error=job.error)  # fmt: skip
+
+
+def _explain_running(job: Job, now: float) -> Explanation:
+    data = {"worker": job.worker, "lease_until": job.lease_until, "fence": job.fence}
+    if job.cancel_requested:
+        return _say(job, "cancelling", f"cancel requested; worker {job.worker} is stopping it",
+                    **data)  # fmt: skip
+    if job.lease_until is not None and job.lease_until < now:
+        return _say(job, "lease_expired",
+                    f"lease of worker {job.worker} ran out at {when(job.lease_until)}; "
+                    "the maintenance leader will recover it", **data)  # fmt: skip
+    return _say(job, "running",
+                f"leased by worker {job.worker} until {when(job.lease_until)} "
+                f"(attempt {job.attempts} of {job.max_tries}, fence {job.fence})",
+                **data)  # fmt: skip
+
+
+def _explain_not_due(job: Job) -> Explanation:
+    if job.error is not None and job.attempts > 0:
+        message = job.error.get("message", "")
+        return _say(job, "backoff",
+                    f"backing off until {when(job.run_at)} after error: {message} "
+                    f"(attempt {job.attempts} of {job.max_tries} failed)",
+                    run_at=job.run_at, error=job.error)  # fmt: skip
+    return _say(job, "scheduled", f"scheduled until {when(job.run_at)}", run_at=job.run_at)
+
+
+async def _explain_ready(store: Store, job: Job, now: float) -> Explanation:
+    workers = [
+        w for w in await store.worker_list(alive_since=now - WORKER_ALIVE_SECONDS)
+        if w.namespace == job.namespace and job.queue in w.queues
+    ]  # fmt: skip
+    if not workers:
+        return _say(job, "no_worker",
+                    f"ready, but no live worker consumes queue {job.queue!r} "
+                    f"in namespace {job.namespace!r}", queue=job.queue)  # fmt: skip
+    names = [w.id for w in workers]
+    return _say(job, "ready",
+                f"ready; waiting for a free slot among {len(workers)} worker(s) on queue "
+                f"{job.queue!r}", workers=names)  # fmt: skip
+
+
+def _say(job: Job, reason: str, message: str, **data: Any) -> Explanation:
+    return Explanation(job.id, job.state, reason, f"job {job.id}: {message}", data)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    counts: dict[str, dict[str, int]]  # queue -> state -> count
+    workers: list[WorkerInfo]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queues": self.counts,
+            "workers": [
+                {
+                    "id": w.id,
+                    "queues": w.queues,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "concurrency": w.concurrency,
+                    "heartbeat_at": w.heartbeat_at,
+                    "running": w.running,
+                }
+                for w in self.workers
+            ],
+        }
+
+
+async def stats(store: Store, namespace: str, now: float) -> Stats:
+    counts: dict[str, dict[str, int]] = {}
+    for (_ns, queue, state), n in sorted((await store.job_counts(namespace)).items()):
+        counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
+    workers = [
+        w for w in await store.worker_list(alive_since=now - WORKER_ALIVE_SECONDS)
+        if w.namespace == namespace
+    ]  # fmt: skip
+    return Stats(counts, workers)

@@ -1,0 +1,138 @@
+"""The job record, its states, and the transitions between them.
+
+The transition table below is the single source of truth for what may happen to a
+job; the store checks it in tests, and ``docs/state-machine.md`` draws it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class State(enum.StrEnum):
+    """Job states (contract). A state compares equal to its name."""
+
+    SCHEDULED = "scheduled"
+    WAITING = "waiting"
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED, State.EXPIRED})
+ACTIVE_STATES = frozenset(State) - TERMINAL_STATES
+
+
+class Event(enum.StrEnum):
+    """What moves a job from one state to another."""
+
+    ENQUEUE_DUE = "enqueue (due now)"
+    ENQUEUE_DELAYED = "enqueue (delayed)"
+    DUE = "due time reached"
+    CLAIM = "claimed by a worker"
+    SUCCEED = "handler returned"
+    NEXT_STAGE = "handler returned Next(stage)"
+    RETRY = "attempt failed, tries left"
+    RETRY_NOW = "attempt failed, tries left, no backoff"
+    DIE = "attempt failed, no tries left, or Fail"
+    LEASE_EXPIRED = "lease expired, tries left"
+    LEASE_EXPIRED_DEAD = "lease expired, no tries left"
+    SHUTDOWN_RETURN = "worker shut down before the attempt finished"
+    CANCEL = "cancel"
+    EXPIRE = "ttl passed before it ran"
+    RESPAWN = "respawn / retry by an operator"
+    LANE_HOLD = "lane at its limit"
+    LANE_RELEASE = "lane has room"
+
+
+S, E = State, Event
+
+#: (from, event) -> to. Anything absent is not allowed.
+TRANSITIONS: dict[tuple[State | None, Event], State] = {
+    (None, E.ENQUEUE_DUE): S.READY,
+    (None, E.ENQUEUE_DELAYED): S.SCHEDULED,
+    (None, E.LANE_HOLD): S.WAITING,
+    (S.WAITING, E.LANE_RELEASE): S.READY,
+    (S.SCHEDULED, E.DUE): S.READY,
+    (S.READY, E.CLAIM): S.RUNNING,
+    (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
+    (S.RUNNING, E.NEXT_STAGE): S.SCHEDULED,
+    (S.RUNNING, E.RETRY): S.SCHEDULED,
+    (S.RUNNING, E.RETRY_NOW): S.READY,
+    (S.RUNNING, E.DIE): S.DEAD,
+    (S.RUNNING, E.LEASE_EXPIRED): S.SCHEDULED,
+    (S.RUNNING, E.LEASE_EXPIRED_DEAD): S.DEAD,
+    (S.RUNNING, E.SHUTDOWN_RETURN): S.READY,
+    (S.RUNNING, E.CANCEL): S.CANCELLED,
+    (S.SCHEDULED, E.CANCEL): S.CANCELLED,
+    (S.WAITING, E.CANCEL): S.CANCELLED,
+    (S.READY, E.CANCEL): S.CANCELLED,
+    (S.SCHEDULED, E.EXPIRE): S.EXPIRED,
+    (S.WAITING, E.EXPIRE): S.EXPIRED,
+    (S.READY, E.EXPIRE): S.EXPIRED,
+    (S.DEAD, E.RESPAWN): S.READY,
+    (S.CANCELLED, E.RESPAWN): S.READY,
+    (S.EXPIRED, E.RESPAWN): S.READY,
+}
+
+
+def transition(current: State | None, event: Event) -> State:
+    """The state after ``event``; raises :class:`ValueError` if it is not allowed."""
+    try:
+        return TRANSITIONS[(current, event)]
+    except KeyError:
+        raise ValueError(f"{event.value!r} is not allowed in state {current}") from None
+
+
+@dataclass(slots=True)
+class Job:
+    """A job as stored, hot or historical. Times are Unix seconds (float)."""
+
+    id: int
+    namespace: str
+    queue: str
+    task: str
+    args: Any
+    state: State
+    lane: str | None = None
+    priority: float = 0.0
+    run_at: float = 0.0
+    order_time: float = 0.0
+    expires_at: float | None = None
+    ttr: float = 60.0
+    max_tries: int = 3
+    retry: dict[str, Any] = field(default_factory=dict)
+    unique_key: str | None = None
+    stage: str | None = None
+    context: Any = None
+    attempts: int = 0
+    fence: int = 0
+    result: Any = None
+    error: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    claimed_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    lease_until: float | None = None
+    worker: str | None = None
+    cancel_requested: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view, as the CLI and the HTTP API show it."""
+        return {name: getattr(self, name) for name in self.__slots__}

@@ -1,0 +1,120 @@
+"""Pure rules: option validation, order time, expiry. No I/O here."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferryq import backoff as backoff_mod
+from ferryq.backoff import Backoff
+
+YEAR = 365 * 24 * 3600.0
+MAX_TRIES_LIMIT = 65535
+NAME_RE = re.compile(r"^[-_A-Za-z0-9.:]{1,255}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Everything that can be set per task or per enqueue. ``None`` means unset."""
+
+    queue: str | None = None
+    namespace: str | None = None
+    lane: str | None = None
+    delay: float | None = None
+    run_at: float | None = None
+    priority: float | None = None
+    ttl: float | None = None
+    ttr: float | None = None
+    max_tries: int | None = None
+    retry: Backoff | None = None
+    unique_key: str | None = None
+    unique_for: float | None = None
+    stage: str | None = None
+    context: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def merged(self, **overrides: Any) -> JobOptions:
+        """These options with every non-None override applied, validated."""
+        values = {name: getattr(self, name) for name in self.__slots__}
+        for name, value in overrides.items():
+            if name not in values:
+                raise TypeError(f"unknown job option {name!r}")
+            if value is not None:
+                values[name] = value
+        options = JobOptions(**values)
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        _check_name("queue", self.queue)
+        _check_name("namespace", self.namespace)
+        if self.lane is not None and not (isinstance(self.lane, str) and 0 < len(self.lane) <= 255):
+            raise ValueError("lane must be a non-empty string of at most 255 characters")
+        _check_number("delay", self.delay, minimum=0.0)
+        _check_number("run_at", self.run_at, minimum=0.0)
+        _check_number("priority", self.priority, minimum=-YEAR, maximum=YEAR)
+        _check_number("ttl", self.ttl, minimum=0.0, exclusive=True)
+        _check_number("ttr", self.ttr, minimum=0.0, exclusive=True)
+        _check_number("unique_for", self.unique_for, minimum=0.0, exclusive=True)
+        if self.max_tries is not None and (
+            isinstance(self.max_tries, bool)
+            or not isinstance(self.max_tries, int)
+            or not 1 <= self.max_tries <= MAX_TRIES_LIMIT
+        ):
+            raise ValueError(f"max_tries must be an integer from 1 to {MAX_TRIES_LIMIT}")
+        if self.retry is not None and not isinstance(self.retry, Backoff):
+            raise ValueError("retry must be a ferryq.backoff policy")
+        if self.delay is not None and self.run_at is not None:
+            raise ValueError("delay and run_at cannot both be given")
+        if self.unique_for is not None and self.unique_key is None:
+            raise ValueError("unique_for needs a unique_key")
+        if self.unique_key is not None and not (0 < len(self.unique_key) <= 255):
+            raise ValueError("unique_key must be a non-empty string of at most 255 characters")
+
+
+def _check_name(option: str, value: str | None) -> None:
+    if value is not None and not (isinstance(value, str) and NAME_RE.match(value)):
+        raise ValueError(
+            f"{option} must be 1 to 255 characters of letters, digits and -_.: (got {value!r})"
+        )
+
+
+def _check_number(
+    option: str,
+    value: float | None,
+    *,
+    minimum: float,
+    maximum: float = math.inf,
+    exclusive: bool = False,
+) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{option} must be a number of seconds (got {value!r})")
+    too_low = value <= minimum if exclusive else value < minimum
+    if too_low or value > maximum or math.isinf(value):
+        bound = "greater than" if exclusive else "at least"
+        limit = f" and at most {maximum:g}" if maximum != math.inf else ""
+        raise ValueError(f"{option} must be {bound} {minimum:g}{limit} seconds (got {value!r})")
+
+
+def order_time(due: float, priority: float) -> float:
+    """Among ready jobs the smallest order time is claimed first (SPEC §3)."""
+    return due - priority
+
+
+def due_time(now: float, options: JobOptions) -> float:
+    if options.run_at is not None:
+        return options.run_at
+    return now + (options.delay or 0.0)
+
+
+def expires_at(now: float, ttl: float | None) -> float | None:
+    return None if ttl is None else now + ttl
+
+
+def retry_delay(policy: dict[str, Any], attempt: int) -> float:
+    """Backoff after failed attempt ``attempt``, from a stored policy."""
+    return (Backoff.from_dict(policy) if policy else backoff_mod.DEFAULT).delay(attempt)

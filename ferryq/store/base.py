@@ -1,0 +1,209 @@
+"""The Store protocol: the only seam between ferryq and a database.
+
+Every method takes ``now`` (Unix seconds) from the caller, so tests can freeze time
+and every backend sees the same clock. Methods that finish an attempt carry the
+attempt's fencing token; a write with a stale token changes nothing and is reported
+back, never raised, because a late worker is an expected event, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ferryq.job import Job, State
+
+
+@dataclass(slots=True)
+class NewJob:
+    """A job to insert. JSON fields are already encoded, so bad input fails early."""
+
+    namespace: str
+    queue: str
+    task: str
+    args: str
+    state: State
+    run_at: float
+    order_time: float
+    created_at: float
+    priority: float = 0.0
+    lane: str | None = None
+    expires_at: float | None = None
+    ttr: float = 60.0
+    max_tries: int = 3
+    retry: str = "{}"
+    unique_key: str | None = None
+    unique_for: float | None = None
+    stage: str | None = None
+    context: str = "null"
+    meta: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    id: int
+    created: bool  # False: an existing job with the same unique_key was returned
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A job as a worker receives it: just what running an attempt needs."""
+
+    id: int
+    namespace: str
+    queue: str
+    task: str
+    args: str
+    attempts: int
+    max_tries: int
+    fence: int
+    ttr: float
+    retry: str
+    priority: float
+    run_at: float
+    order_time: float
+    lease_until: float
+    stage: str | None
+    context: str
+    created_at: float
+    expires_at: float | None
+    lane: str | None
+
+
+FinishKind = Literal["succeeded", "dead", "cancelled", "retry", "next", "returned"]
+
+
+@dataclass(slots=True)
+class Finish:
+    """The end of one attempt, as the completer writes it.
+
+    ``succeeded``, ``dead`` and ``cancelled`` move the job to history; ``retry`` and
+    ``next`` queue it again at ``run_at``/``order_time``; ``returned`` puts it back
+    as ready without charging the try (graceful shutdown).
+    """
+
+    kind: FinishKind
+    id: int
+    fence: int
+    finished_at: float
+    started_at: float | None = None
+    result: str = "null"
+    error: dict[str, Any] | None = None
+    run_at: float | None = None
+    order_time: float | None = None
+    stage: str | None = None
+    context: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReport:
+    accepted: list[int]
+    stale: list[int]  # rejected: the fencing token no longer matches
+
+
+@dataclass(frozen=True, slots=True)
+class Leases:
+    extended: list[int]
+    lost: list[int]
+    cancel_requested: list[int]
+
+
+@dataclass(slots=True)
+class JobFilter:
+    namespace: str | None = None
+    queue: str | None = None
+    state: State | None = None
+    task: str | None = None
+    lane: str | None = None
+    text: str | None = None
+    after_id: int | None = None  # keyset paging: ids below this one (newest first)
+    limit: int = 50
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    id: str
+    namespace: str
+    queues: list[str]
+    host: str
+    pid: int
+    concurrency: int
+    started_at: float
+    heartbeat_at: float
+    running: list[int] = field(default_factory=list)
+
+
+class Store(Protocol):
+    """Persistence for jobs, workers and leadership. See the module docstring."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied."""
+
+    async def schema_version(self) -> int: ...
+
+    # jobs: the hot path
+    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]: ...
+
+    async def job_claim(
+        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+    ) -> list[Claimed]: ...
+
+    async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport: ...
+
+    async def job_leases(
+        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+    ) -> Leases:
+        """Extend the leases named in ``extend`` and report cancellations among ``held``."""
+
+    async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None: ...
+
+    async def wait_for_change(self, within: float) -> bool:
+        """Wait until another connection may have written, at most ``within`` seconds."""
+
+    # jobs: reads and operator actions
+    async def job_get(self, job_id: int) -> Job | None: ...
+
+    async def job_list(self, where: JobFilter) -> list[Job]: ...
+
+    async def job_cancel(self, job_id: int, now: float) -> Job: ...
+
+    async def job_respawn(
+        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+    ) -> list[int]:
+        """Queue terminal jobs again with a fresh try count; return the ids moved."""
+
+    async def job_purge(self, job_ids: Sequence[int]) -> int:
+        """Delete dead jobs from the dead letters."""
+
+    async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
+        """Counts by (namespace, queue, state), hot and historical."""
+
+    # maintenance (leader only)
+    async def job_promote_due(self, now: float, limit: int) -> int: ...
+
+    async def job_expired_leases(self, now: float, limit: int) -> list[Claimed]: ...
+
+    async def job_expire(self, now: float, limit: int) -> list[int]: ...
+
+    async def history_prune(self, before: float, limit: int) -> int: ...
+
+    async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool: ...
+
+    async def leader_release(self, name: str, holder: str) -> None: ...
+
+    # workers
+    async def worker_beat(self, worker: WorkerInfo) -> None: ...
+
+    async def worker_remove(self, worker_id: str) -> None: ...
+
+    async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]: ...
+
+    async def worker_prune(self, dead_before: float) -> int: ...

@@ -1,0 +1,608 @@
+"""The embedded SQLite backend.
+
+One connection per store lives on one dedicated thread, so the event loop never
+blocks on the database. Every write is a ``BEGIN IMMEDIATE`` transaction: it takes the
+write lock up front, which lets SQLite's busy handler queue writers from several
+processes instead of failing them half-way. If a writer still times out, the
+transaction is retried, so "database is locked" never reaches a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from ferryq.errors import ConfigurationError, InvalidTransition, JobNotFound, StoreError
+from ferryq.job import Job, State
+from ferryq.store import base
+from ferryq.store.base import (
+    Claimed,
+    Finish,
+    FinishReport,
+    Inserted,
+    JobFilter,
+    Leases,
+    NewJob,
+    WorkerInfo,
+)
+from ferryq.store.sqlite import queries
+
+log = logging.getLogger("ferryq.store.sqlite")
+T = TypeVar("T")
+Q = queries.load("ferryq.store.sqlite")
+MIGRATIONS = queries.migrations("ferryq.store.sqlite")
+_TO_HISTORY = ("succeeded", "dead", "cancelled")
+_JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
+
+
+class SQLiteStore(base.Store):
+    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0):
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigurationError(
+                f"synchronous must be off, normal, full or extra: {synchronous!r}"
+            )
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._watch: sqlite3.Connection | None = None
+        self._claim_version = -1
+        self._open_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteStore:
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite" or parts.netloc:
+            raise ConfigurationError(
+                f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs/path.db"
+            )
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path or path == ":memory:":
+            raise ConfigurationError(
+                "SQLite needs a file: workers share it across processes (sqlite:///ferryq.db)"
+            )
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        return cls(path, synchronous=options.get("synchronous", "NORMAL"))
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        with self._open_lock:
+            if self._executor is not None:
+                return
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="ferryq-sqlite")
+        try:
+            # One executor job, so no call queued behind it can see an unmigrated file.
+            await self._call(self._connect)
+        except (sqlite3.Error, ConfigurationError) as exc:
+            await self.close()
+            if isinstance(exc, ConfigurationError):
+                raise
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        if self._conn is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._conn.close)
+            self._conn = None
+        executor.shutdown(wait=True)
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def _connect(self) -> None:
+        parent = Path(self.path).parent
+        if not parent.exists():
+            raise ConfigurationError(
+                f"folder {str(parent)!r} for the SQLite database does not exist"
+            )
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        self._conn = conn
+        self._write(_migrate)
+        self._watch = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise StoreError("the store is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a write transaction, waiting out other writers however long."""
+        conn = self._require_conn()
+        delay = 0.01
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                log.warning("SQLite write lock busy for %.0f s, still waiting", self._busy_timeout)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read snapshot, so a job moving to history is seen once."""
+        conn = self._require_conn()
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    def _require_conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the store is not open")
+        return self._conn
+
+    # -- migrations --------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        return await self._call(self._write, _migrate)
+
+    async def schema_version(self) -> int:
+        return await self._call(self._read, _schema_version)
+
+    # -- hot path ----------------------------------------------------------------
+
+    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        return await self._call(self._write, lambda conn: _insert_many(conn, jobs))
+
+    async def job_claim(
+        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+    ) -> list[Claimed]:
+        self._claim_version = self._data_version()
+
+        def claim(conn: sqlite3.Connection) -> list[Claimed]:
+            conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
+            if len(queues) == 1:
+                params = {"namespace": namespace, "queue": queues[0], "limit": limit,
+                          "now": now, "worker": worker}  # fmt: skip
+                rows = conn.execute(Q["job_claim_queue"], params).fetchall()
+            else:
+                ids = _pick_ready(conn, namespace, queues, limit, now)
+                if not ids:
+                    return []
+                params = {"ids": json.dumps(ids), "now": now, "worker": worker}
+                rows = conn.execute(Q["job_claim"], params).fetchall()
+            return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
+
+        return await self._call(self._write, claim)
+
+    async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
+        return await self._call(self._write, lambda conn: _finish_many(conn, finishes))
+
+    async def job_leases(
+        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+    ) -> Leases:
+        fences = dict(held)
+
+        def leases(conn: sqlite3.Connection) -> Leases:
+            extended: list[int] = []
+            lost: list[int] = []
+            for job_id in extend:
+                params = {"id": job_id, "fence": fences.get(job_id, -1), "now": now}
+                changed = conn.execute(Q["job_lease_extend"], params).rowcount
+                (extended if changed else lost).append(job_id)
+            flagged = {row[0] for row in conn.execute(Q["job_cancel_requested"])}
+            return Leases(extended, lost, [i for i in fences if i in flagged])
+
+        if extend:
+            return await self._call(self._write, leases)
+        return await self._call(self._read, leases)
+
+    async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
+        def next_due(conn: sqlite3.Connection) -> float | None:
+            value = conn.execute(Q["job_next_due"]).fetchone()[0]
+            return None if value is None else float(value)
+
+        return await self._call(self._read, next_due)
+
+    async def wait_for_change(self, within: float) -> bool:
+        """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk."""
+        deadline = time.monotonic() + within
+        interval = 0.0005
+        while True:
+            if self._data_version() != self._claim_version:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(interval * 1.5, 0.005)
+
+    def _data_version(self) -> int:
+        if self._watch is None:
+            return -1
+        try:
+            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.OperationalError:
+            return -2  # unknown: report a change and let the claim find out
+
+    # -- reads and operator actions ---------------------------------------------
+
+    async def job_get(self, job_id: int) -> Job | None:
+        return await self._call(self._read, lambda conn: _get(conn, job_id))
+
+    async def job_list(self, where: JobFilter) -> list[Job]:
+        return await self._call(self._read, lambda conn: _list(conn, where))
+
+    async def job_cancel(self, job_id: int, now: float) -> Job:
+        return await self._call(self._write, lambda conn: _cancel(conn, job_id, now))
+
+    async def job_respawn(
+        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+    ) -> list[int]:
+        def respawn(conn: sqlite3.Connection) -> list[int]:
+            moved = []
+            for job_id in job_ids:
+                params = {"id": job_id, "now": now, "expires_at": expires_at}
+                if conn.execute(Q["job_respawn"], params).rowcount:
+                    conn.execute(Q["history_delete"], {"id": job_id})
+                    moved.append(job_id)
+            return moved
+
+        return await self._call(self._write, respawn)
+
+    async def job_purge(self, job_ids: Sequence[int]) -> int:
+        def purge(conn: sqlite3.Connection) -> int:
+            return sum(conn.execute(Q["job_purge"], {"id": i}).rowcount for i in job_ids)
+
+        return await self._call(self._write, purge)
+
+    async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
+        def counts(conn: sqlite3.Connection) -> dict[tuple[str, str, str], int]:
+            totals: dict[tuple[str, str, str], int] = {}
+            for ns, queue, state, n in conn.execute(Q["job_counts"]):
+                if namespace is None or ns == namespace:
+                    totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
+            return totals
+
+        return await self._call(self._read, counts)
+
+    # -- maintenance -------------------------------------------------------------
+
+    async def job_promote_due(self, now: float, limit: int) -> int:
+        def promote(conn: sqlite3.Connection) -> int:
+            return conn.execute(Q["job_promote_due"], {"now": now, "limit": limit}).rowcount
+
+        return await self._call(self._write, promote)
+
+    async def job_expired_leases(self, now: float, limit: int) -> list[Claimed]:
+        def expired(conn: sqlite3.Connection) -> list[Claimed]:
+            rows = conn.execute(Q["job_expired_leases"], {"now": now, "limit": limit})
+            return [Claimed(*row) for row in rows]
+
+        return await self._call(self._read, expired)
+
+    async def job_expire(self, now: float, limit: int) -> list[int]:
+        def expire(conn: sqlite3.Connection) -> list[int]:
+            ids = [r[0] for r in conn.execute(Q["job_expire_ids"], {"now": now, "limit": limit})]
+            for job_id in ids:
+                _move_terminal(conn, job_id, State.EXPIRED, now)
+            return ids
+
+        return await self._call(self._write, expire)
+
+    async def history_prune(self, before: float, limit: int) -> int:
+        def prune(conn: sqlite3.Connection) -> int:
+            return conn.execute(Q["history_prune"], {"before": before, "limit": limit}).rowcount
+
+        return await self._call(self._write, prune)
+
+    async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        def acquire(conn: sqlite3.Connection) -> bool:
+            params = {"name": name, "holder": holder, "expires_at": now + ttl, "now": now}
+            return conn.execute(Q["leader_acquire"], params).rowcount == 1
+
+        return await self._call(self._write, acquire)
+
+    async def leader_release(self, name: str, holder: str) -> None:
+        def release(conn: sqlite3.Connection) -> None:
+            conn.execute(Q["leader_release"], {"name": name, "holder": holder})
+
+        await self._call(self._write, release)
+
+    # -- workers -----------------------------------------------------------------
+
+    async def worker_beat(self, worker: WorkerInfo) -> None:
+        params = {
+            "id": worker.id, "namespace": worker.namespace, "queues": json.dumps(worker.queues),
+            "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
+            "started_at": worker.started_at, "heartbeat_at": worker.heartbeat_at,
+            "running": json.dumps(worker.running),
+        }  # fmt: skip
+        await self._call(self._write, lambda conn: conn.execute(Q["worker_beat"], params))
+
+    async def worker_remove(self, worker_id: str) -> None:
+        await self._call(
+            self._write, lambda conn: conn.execute(Q["worker_remove"], {"id": worker_id})
+        )
+
+    async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
+        def workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
+            rows = conn.execute(Q["worker_list"], {"since": alive_since or 0.0})
+            return [
+                WorkerInfo(
+                    r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], json.loads(r[8])
+                )
+                for r in rows
+            ]
+
+        return await self._call(self._read, workers)
+
+    async def worker_prune(self, dead_before: float) -> int:
+        def prune(conn: sqlite3.Connection) -> int:
+            return conn.execute(Q["worker_prune"], {"before": dead_before}).rowcount
+
+        return await self._call(self._write, prune)
+
+
+# -- statements run on the store's thread --------------------------------------
+
+
+def _migrate(conn: sqlite3.Connection) -> list[int]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS ferryq_migrations "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM ferryq_migrations")}
+    applied = []
+    for version, name, sql in MIGRATIONS:
+        if version in done:
+            continue
+        for statement in _split_sql(sql):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+            (version, name, time.time()),
+        )
+        applied.append(version)
+    return applied
+
+
+def _split_sql(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT max(version) FROM ferryq_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def _insert_many(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+    if not any(job.unique_key for job in jobs):
+        # The common case in one executemany: ids are consecutive inside the write lock.
+        conn.executemany(Q["job_insert"], [_insert_params(job) for job in jobs])
+        last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        return [Inserted(i, True) for i in range(last - len(jobs) + 1, last + 1)]
+    inserted = []
+    for job in jobs:
+        existing = _find_duplicate(conn, job) if job.unique_key else None
+        if existing is not None:
+            inserted.append(Inserted(existing, False))
+            continue
+        cursor = conn.execute(Q["job_insert"], _insert_params(job))
+        inserted.append(Inserted(int(cursor.lastrowid or 0), True))
+    return inserted
+
+
+def _insert_params(job: NewJob) -> dict[str, Any]:
+    return {
+        "namespace": job.namespace, "queue": job.queue, "task": job.task, "args": job.args,
+        "state": job.state.value, "lane": job.lane, "priority": job.priority,
+        "run_at": job.run_at, "order_time": job.order_time, "expires_at": job.expires_at,
+        "ttr": job.ttr, "max_tries": job.max_tries, "retry": job.retry,
+        "unique_key": job.unique_key, "stage": job.stage, "context": job.context,
+        "meta": job.meta, "created_at": job.created_at,
+    }  # fmt: skip
+
+
+def _find_duplicate(conn: sqlite3.Connection, job: NewJob) -> int | None:
+    key = {"namespace": job.namespace, "unique_key": job.unique_key}
+    row = conn.execute(Q["job_find_unique_hot"], key).fetchone()
+    if row is None and job.unique_for is not None:
+        since = job.created_at - job.unique_for
+        row = conn.execute(Q["job_find_unique_recent"], {**key, "since": since}).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _pick_ready(
+    conn: sqlite3.Connection, namespace: str, queues: Sequence[str], limit: int, now: float
+) -> list[int]:
+    """Ids of the first ``limit`` ready jobs across ``queues``, in claim order.
+
+    One index range per queue, merged here: a single query over ``queue IN (…)`` would
+    make SQLite sort the whole backlog.
+    """
+    candidates: list[tuple[float, int]] = []
+    for queue in queues:
+        params = {"namespace": namespace, "queue": queue, "now": now, "limit": limit}
+        candidates.extend(
+            (order, job_id) for job_id, order in conn.execute(Q["job_claim_ids"], params)
+        )
+    if len(queues) > 1:
+        candidates.sort()
+    return [job_id for _, job_id in candidates[:limit]]
+
+
+def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> FinishReport:
+    accepted: list[int] = []
+    stale: list[int] = []
+    to_history = [f for f in finishes if f.kind in _TO_HISTORY]
+    if to_history:
+        batch = json.dumps([_history_row(f) for f in to_history])
+        conn.execute("SAVEPOINT batch")
+        moved = conn.execute(Q["job_finish_batch_to_history"], {"batch": batch}).rowcount
+        if moved == len(to_history):  # the usual case: every token still current
+            conn.execute(Q["job_delete_batch"], {"batch": batch})
+            accepted.extend(f.id for f in to_history)
+        else:  # rare: some tokens are stale, so find out which, one by one
+            conn.execute("ROLLBACK TO batch")
+            _finish_one_by_one(conn, [_history_params(f) for f in to_history], accepted, stale)
+        conn.execute("RELEASE batch")
+    for finish in finishes:
+        if finish.kind not in _TO_HISTORY:
+            statement, params = _requeue_statement(finish)
+            (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
+    if stale:
+        log.warning(
+            "rejected %d stale completion(s) (fencing token no longer current): %s",
+            len(stale),
+            stale[:20],
+        )
+    return FinishReport(accepted, stale)
+
+
+def _finish_one_by_one(
+    conn: sqlite3.Connection,
+    rows: Sequence[dict[str, Any]],
+    accepted: list[int],
+    stale: list[int],
+) -> None:
+    for params in rows:
+        if conn.execute(Q["job_finish_to_history"], params).rowcount:
+            conn.execute(Q["job_delete"], {"id": params["id"]})
+            accepted.append(params["id"])
+        else:
+            stale.append(params["id"])
+
+
+def _history_row(finish: Finish) -> list[Any]:
+    error = None if finish.error is None else json.dumps(finish.error)
+    return [finish.id, finish.fence, finish.kind, finish.result, error,
+            finish.started_at, finish.finished_at]  # fmt: skip
+
+
+def _history_params(finish: Finish) -> dict[str, Any]:
+    return {
+        "id": finish.id, "fence": finish.fence, "state": finish.kind, "result": finish.result,
+        "error": None if finish.error is None else json.dumps(finish.error),
+        "started_at": finish.started_at, "finished_at": finish.finished_at,
+    }  # fmt: skip
+
+
+def _requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
+    common = {"id": finish.id, "fence": finish.fence}
+    if finish.kind == "returned":
+        return "job_return", common
+    run_at = finish.run_at if finish.run_at is not None else finish.finished_at
+    state = State.SCHEDULED if run_at > finish.finished_at else State.READY
+    timing = {
+        "state": state.value, "run_at": run_at,
+        "order_time": finish.order_time if finish.order_time is not None else run_at,
+        "started_at": finish.started_at, "finished_at": finish.finished_at,
+    }  # fmt: skip
+    if finish.kind == "next":
+        record = {
+            "stage": finish.error and finish.error.get("stage"),
+            "outcome": "next",
+            "started_at": finish.started_at,
+            "finished_at": finish.finished_at,
+        }
+        return "job_next_stage", {
+            **common,
+            **timing,
+            "stage": finish.stage,
+            "context": finish.context or "null",
+            "stage_record": json.dumps(record),
+        }
+    error = None if finish.error is None else json.dumps(finish.error)
+    return "job_requeue", {**common, **timing, "error": error}
+
+
+def _move_terminal(conn: sqlite3.Connection, job_id: int, state: State, now: float) -> bool:
+    params = {"id": job_id, "state": state.value, "now": now}
+    if conn.execute(Q["job_move_terminal"], params).rowcount:
+        conn.execute(Q["job_delete"], {"id": job_id})
+        return True
+    return False
+
+
+def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
+    row = conn.execute(Q["job_get_hot"], {"id": job_id}).fetchone()
+    if row is None:
+        row = conn.execute(Q["job_get_history"], {"id": job_id}).fetchone()
+    return None if row is None else job_from_row(row)
+
+
+def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
+    job = _get(conn, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.state == State.RUNNING:
+        conn.execute(Q["job_request_cancel"], {"id": job_id})
+    elif not job.terminal:
+        _move_terminal(conn, job_id, State.CANCELLED, now)
+    elif job.state != State.CANCELLED:
+        raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
+    found = _get(conn, job_id)
+    assert found is not None
+    return found
+
+
+def _list(conn: sqlite3.Connection, where: JobFilter) -> list[Job]:
+    clauses: list[str] = []
+    params: dict[str, Any] = {"limit": where.limit}
+    for column in ("namespace", "queue", "task", "lane"):
+        value = getattr(where, column)
+        if value is not None:
+            clauses.append(f"{column} = :{column}")
+            params[column] = value
+    if where.state is not None:
+        clauses.append("state = :state")
+        params["state"] = str(where.state)
+    if where.after_id is not None:
+        clauses.append("id < :after_id")
+        params["after_id"] = where.after_id
+    if where.text:
+        clauses.append("args LIKE :text ESCAPE '\\'")
+        escaped = where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        params["text"] = f"%{escaped}%"
+    condition = " AND ".join(clauses) or "1"
+    columns = ", ".join(queries.JOB_COLUMNS)
+    sql = (
+        f"SELECT * FROM (SELECT {columns} FROM ferryq_jobs WHERE {condition} "
+        f"ORDER BY id DESC LIMIT :limit) UNION ALL "
+        f"SELECT * FROM (SELECT {columns} FROM ferryq_history WHERE {condition} "
+        f"ORDER BY id DESC LIMIT :limit) ORDER BY id DESC LIMIT :limit"
+    )
+    return [job_from_row(row) for row in conn.execute(sql, params)]
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    values = dict(zip(queries.JOB_COLUMNS, row, strict=True))
+    for column in _JSON_COLUMNS:
+        raw = values[column]
+        values[column] = None if raw is None else json.loads(raw)
+    values["state"] = State(values["state"])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    values["retry"] = values["retry"] or {}
+    values["errors"] = values["errors"] or []
+    values["stages"] = values["stages"] or []
+    values["meta"] = values["meta"] or {}
+    return Job(**values)

@@ -1,0 +1,158 @@
+"""Runs one attempt: find the handler, decode, call, and turn the outcome into a Finish."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import json
+import traceback
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferryq import _json, policy
+from ferryq.context import Context
+from ferryq.errors import SerializationError
+from ferryq.outcome import Fail, Next, Retry
+from ferryq.store.base import Claimed, Finish
+from ferryq.task import Task
+
+
+class Stop(enum.Enum):
+    """Why the worker interrupted an attempt."""
+
+    CANCEL = "cancelled by request"
+    SHUTDOWN = "worker shutting down"
+    LEASE = "lease ran out (ttr passed)"
+
+
+class UnknownTask(Exception):
+    pass
+
+
+class LeaseExpired(Exception):
+    pass
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    """One claimed job inside this worker, from claim to written completion."""
+
+    job: Claimed
+    task: Task[Any, Any] | None
+    lease_until: float
+    ctx: Context | None = None
+    started_at: float | None = None
+    stop: Stop | None = None
+    runner: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def interrupt(self, reason: Stop) -> None:
+        if self.stop is None:
+            self.stop = reason
+        if self.ctx is not None:
+            self.ctx._cancel()
+        threaded = self.task is not None and not self.task.is_async and self.started_at
+        if self.runner is not None and (not threaded or reason is not Stop.CANCEL):
+            self.runner.cancel()
+
+
+async def run(attempt: Attempt, threads: Executor | None, now: float, worker: str) -> Finish:
+    """Run the handler; every outcome, even a crash of the handler, becomes a Finish."""
+    job = attempt.job
+    try:
+        value = await _call(attempt, threads)
+    except asyncio.CancelledError:
+        return _interrupted(attempt, now, worker)
+    except Fail as exc:
+        return failure(job, exc, now, worker, permanent=True)
+    except Retry as exc:
+        return failure(job, exc, now, worker, retry_after=exc.after)
+    except Exception as exc:
+        if attempt.stop is Stop.CANCEL:
+            return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
+        return failure(job, exc, now, worker, started_at=attempt.started_at)
+    if isinstance(value, Next):
+        return _next_stage(attempt, value, now)
+    try:
+        result = _json.dumps(value, f"result of {job.task}")
+    except SerializationError as exc:
+        return failure(job, exc, now, worker, permanent=True, started_at=attempt.started_at)
+    return Finish("succeeded", job.id, job.fence, now, attempt.started_at, result)
+
+
+async def _call(attempt: Attempt, threads: Executor | None) -> Any:
+    task, job = attempt.task, attempt.job
+    if task is None:
+        raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
+    decoded = json.loads(job.args)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    if isinstance(decoded, dict):
+        kwargs = decoded
+    elif isinstance(decoded, list):
+        args = decoded
+    else:
+        args = [decoded]
+    if task.context_param is not None:
+        kwargs[task.context_param] = attempt.ctx
+    if task.is_async:
+        return await task.fn(*args, **kwargs)
+    call = functools.partial(task.fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(threads, call)
+
+
+def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:
+    job = attempt.job
+    if attempt.stop is Stop.CANCEL:
+        return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
+    if attempt.stop is Stop.LEASE:
+        exc = LeaseExpired(f"the handler ran past its ttr of {job.ttr:g} s")
+        return failure(job, exc, now, worker, started_at=attempt.started_at)
+    # Shutdown (or a cancel from outside ferryq): hand the job back without charging it.
+    return Finish("returned", job.id, job.fence, now)
+
+
+def _next_stage(attempt: Attempt, step: Next, now: float) -> Finish:
+    job = attempt.job
+    try:
+        context = _json.dumps(step.context, f"context for stage {step.stage!r}")
+    except SerializationError as exc:
+        return failure(job, exc, now, "", permanent=True, started_at=attempt.started_at)
+    run_at = now + step.delay
+    return Finish(
+        "next", job.id, job.fence, now, attempt.started_at,
+        run_at=run_at, order_time=policy.order_time(run_at, job.priority),
+        stage=step.stage, context=context, error={"stage": job.stage},
+    )  # fmt: skip
+
+
+def failure(
+    job: Claimed,
+    exc: BaseException,
+    now: float,
+    worker: str,
+    *,
+    permanent: bool = False,
+    retry_after: float | None = None,
+    started_at: float | None = None,
+) -> Finish:
+    """A failed attempt: retried after its backoff while tries remain, else dead."""
+    error = {
+        "type": type(exc).__name__,
+        "message": str(exc) or type(exc).__name__,
+        "traceback": "".join(traceback.format_exception(exc)) if exc.__traceback__ else None,
+        "attempt": job.attempts,
+        "stage": job.stage,
+        "worker": worker,
+        "at": now,
+    }
+    if permanent or job.attempts >= job.max_tries:
+        return Finish("dead", job.id, job.fence, now, started_at, error=error)
+    delay = retry_after
+    if delay is None:
+        delay = policy.retry_delay(json.loads(job.retry), job.attempts)
+    # A retry is due at now + backoff and ignores the job's priority (SPEC §3).
+    run_at = now + delay
+    return Finish("retry", job.id, job.fence, now, started_at, error=error,
+                  run_at=run_at, order_time=run_at)  # fmt: skip

@@ -1,0 +1,78 @@
+"""Leader-only duties, each a small step of one tick.
+
+Every worker runs the loop; only the holder of the ``maintenance`` leadership acts,
+so there is no single point of failure and no extra process to deploy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ferryq.store.base import Store
+from ferryq.worker.executor import LeaseExpired, failure
+
+log = logging.getLogger("ferryq.maintenance")
+
+DAY = 86400.0
+
+
+@dataclass(slots=True)
+class MaintenanceReport:
+    promoted: int = 0
+    recovered: int = 0
+    expired: int = 0
+    pruned_history: int = 0
+    pruned_workers: int = 0
+
+
+class Maintenance:
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        *,
+        retention: float = 14 * DAY,
+        worker_dead_after: float = 60.0,
+        batch: int = 1000,
+        prune_every: int = 60,
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.retention = retention
+        self.worker_dead_after = worker_dead_after
+        self.batch = batch
+        self.prune_every = prune_every
+        self._ticks = 0
+
+    async def tick(self, now: float) -> MaintenanceReport:
+        """One round of every duty; call it only while holding the leadership."""
+        report = MaintenanceReport()
+        report.promoted = await self.store.job_promote_due(now, self.batch)
+        report.recovered = await self.recover_leases(now)
+        report.expired = len(await self.store.job_expire(now, self.batch))
+        if self._ticks % self.prune_every == 0:
+            report.pruned_history = await self.store.history_prune(now - self.retention, self.batch)
+            report.pruned_workers = await self.store.worker_prune(now - self.worker_dead_after)
+        self._ticks += 1
+        return report
+
+    async def recover_leases(self, now: float) -> int:
+        """Attempts whose lease ran out count as failed; the retry policy decides."""
+        expired = await self.store.job_expired_leases(now, self.batch)
+        if not expired:
+            return 0
+        finishes = [
+            failure(
+                job,
+                LeaseExpired(f"lease expired: no completion within ttr {job.ttr:g} s"),
+                now,
+                self.holder,
+            )
+            for job in expired
+        ]
+        report = await self.store.job_finish_many(finishes)
+        if report.accepted:
+            log.warning("recovered %d job(s) whose lease expired: %s",
+                        len(report.accepted), report.accepted[:20])  # fmt: skip
+        return len(report.accepted)

@@ -1,0 +1,105 @@
+"""Claims jobs for free slots and starts their attempts.
+
+It claims only what free slots (plus a small prefetch) can take, in batches, and
+between claims waits for a sign that the database changed, the next due time, or a
+slot freeing up, whichever comes first. There is no busy polling of queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ferryq.context import Context
+from ferryq.store.base import Claimed, Store
+from ferryq.worker.executor import Attempt
+
+if TYPE_CHECKING:
+    from ferryq.task import Task
+
+
+class Producer:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        namespace: str,
+        queues: Sequence[str],
+        worker_id: str,
+        tasks: dict[str, Task[Any, Any]],
+        capacity: int,
+        batch: int,
+        clock: Callable[[], float],
+        start: Callable[[Attempt], None],
+        active: dict[int, Attempt],
+        request_heartbeat: Callable[[], None],
+        max_idle: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.queues = list(queues)
+        self.worker_id = worker_id
+        self.tasks = tasks
+        self.capacity = capacity
+        self.batch = batch
+        self.clock = clock
+        self.start = start
+        self.active = active
+        self.request_heartbeat = request_heartbeat
+        self.max_idle = max_idle
+        self.slot_freed = asyncio.Event()
+        self.stopping = asyncio.Event()
+
+    async def run(self, burst: bool, backlog: Callable[[], int]) -> None:
+        while not self.stopping.is_set():
+            free = self.capacity - len(self.active)
+            if free <= 0 or backlog() > 4 * self.capacity:
+                await self._wait(self.max_idle, watch_db=False)
+                continue
+            now = self.clock()
+            claimed = await self.store.job_claim(
+                self.namespace, self.queues, min(free, self.batch), self.worker_id, now
+            )
+            for job in claimed:
+                self.start(self._attempt(job))
+            if claimed:
+                continue
+            next_due = await self.store.job_next_due(self.namespace, self.queues)
+            if burst and (next_due is None or next_due > now):
+                if not self.active and backlog() == 0:
+                    return
+                await self._wait(self.max_idle, watch_db=False)
+                continue
+            due_in = self.max_idle if next_due is None else next_due - now
+            await self._wait(max(0.0, min(due_in, self.max_idle)), watch_db=True)
+
+    def _attempt(self, job: Claimed) -> Attempt:
+        task = self.tasks.get(job.task)
+        attempt = Attempt(job, task, job.lease_until)
+        if task is not None and (task.context_param is not None or not task.is_async):
+            attempt.ctx = Context(
+                job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempts,
+                fence=job.fence, stage=job.stage, context=json.loads(job.context),
+                request_heartbeat=self.request_heartbeat,
+            )  # fmt: skip
+        return attempt
+
+    async def _wait(self, within: float, *, watch_db: bool) -> None:
+        """Until a slot frees, stop, ``within`` seconds, or (``watch_db``) a write."""
+        self.slot_freed.clear()
+        waiters: list[asyncio.Future[bool]] = [
+            asyncio.ensure_future(self.slot_freed.wait()),
+            asyncio.ensure_future(self.stopping.wait()),
+        ]
+        if watch_db:
+            waiters.append(asyncio.ensure_future(self.store.wait_for_change(within)))
+        try:
+            await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter

@@ -1,0 +1,274 @@
+"""Worker: one process's slots, its heartbeat, its share of maintenance, its shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from ferryq.policy import JobOptions
+from ferryq.store.base import Finish, FinishReport, Store, WorkerInfo
+from ferryq.worker import executor
+from ferryq.worker.completer import Completer
+from ferryq.worker.executor import Attempt, Stop
+from ferryq.worker.maintenance import Maintenance
+from ferryq.worker.producer import Producer
+
+if TYPE_CHECKING:
+    from ferryq.app import App
+
+log = logging.getLogger("ferryq.worker")
+LEADER = "maintenance"
+
+
+class Worker:
+    """Runs the app's tasks. ``await run()`` returns after a graceful stop or a burst."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int = 10,
+        queues: Sequence[str] | None = None,
+        burst: bool = False,
+        prefetch: int | None = None,
+        batch: int = 500,
+        grace: float = 30.0,
+        heartbeat_interval: float = 1.0,
+        maintenance_interval: float = 0.5,
+        leader_ttl: float = 5.0,
+        name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer (got {concurrency!r})")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must not be negative")
+        if grace < 0:
+            raise ValueError("grace must not be negative")
+        self.app = app
+        self.concurrency = concurrency
+        self.queues = list(queues) if queues else _task_queues(app)
+        for queue in self.queues:
+            JobOptions(queue=queue).validate()
+        self.burst = burst
+        self.prefetch = max(1, concurrency // 4) if prefetch is None else prefetch
+        self.batch = batch
+        self.grace = grace
+        self.heartbeat_interval = heartbeat_interval
+        self.maintenance_interval = maintenance_interval
+        self.leader_ttl = leader_ttl
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.handle_signals = handle_signals
+        self.active: dict[int, Attempt] = {}  # claimed, handler not finished
+        self.held: dict[int, Attempt] = {}  # claimed, completion not yet written
+        self.stale_completions = 0
+        self.finished = 0
+        self._slots = asyncio.Semaphore(concurrency)
+        self._threads: ThreadPoolExecutor | None = None
+        self._beat_now = asyncio.Event()
+        self._heartbeat_requested: set[int] = set()
+        self._stop_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._store: Store | None = None
+        self._producer: Producer | None = None
+        self._completer: Completer | None = None
+        self._started_at = 0.0
+        self._maintenance: Maintenance | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        store = self._store = await self.app.store()
+        if any(not t.is_async for t in self.app.tasks.values()):
+            self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
+        completer = self._completer = Completer(store, self._on_written)
+        producer = self._producer = Producer(
+            store, namespace=self.app.namespace, queues=self.queues, worker_id=self.id,
+            tasks=self.app.tasks, capacity=self.concurrency + self.prefetch, batch=self.batch,
+            clock=self.app.clock, start=self._start, active=self.active,
+            request_heartbeat=self._request_heartbeat_threadsafe,
+        )  # fmt: skip
+        self._started_at = self.app.clock()
+        self._install_signals()
+        log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
+        await self._beat()
+        background = [
+            asyncio.create_task(completer.run(), name="ferryq-completer"),
+            asyncio.create_task(self._heartbeat_loop(), name="ferryq-heartbeat"),
+            asyncio.create_task(self._maintenance_loop(), name="ferryq-maintenance"),
+        ]
+        try:
+            if self.burst:
+                await self._maintain_once()
+            await producer.run(self.burst, lambda: completer.backlog)
+            await self._shutdown()
+        finally:
+            for service in background[1:]:
+                service.cancel()
+            await completer.drain()
+            background[0].cancel()
+            for service in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await service
+            await self._leave(store)
+            self._remove_signals()
+            if self._threads is not None:
+                self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        """Stop claiming, finish running jobs within the grace period, then return."""
+        self._stop_requested = True
+        if self._producer is not None:
+            self._producer.stopping.set()
+
+    async def _shutdown(self) -> None:
+        # Prefetched jobs that never started go straight back.
+        for attempt in list(self.active.values()):
+            if attempt.started_at is None:
+                attempt.interrupt(Stop.SHUTDOWN)
+        runners = [a.runner for a in self.active.values() if a.runner is not None]
+        if runners:
+            log.info("waiting up to %.0f s for %d running job(s)", self.grace, len(runners))
+            await asyncio.wait(runners, timeout=self.grace)
+        leftovers = list(self.active.values())
+        for attempt in leftovers:
+            attempt.interrupt(Stop.SHUTDOWN)
+        if leftovers:
+            log.warning("returned %d unfinished job(s) to the queue", len(leftovers))
+            await asyncio.wait([a.runner for a in leftovers if a.runner is not None])
+
+    async def _leave(self, store: Store) -> None:
+        try:
+            await store.worker_remove(self.id)
+            await store.leader_release(LEADER, self.id)
+        except Exception:
+            log.exception("could not deregister worker %s", self.id)
+
+    # -- attempts ----------------------------------------------------------------
+
+    def _start(self, attempt: Attempt) -> None:
+        self.active[attempt.job.id] = attempt
+        self.held[attempt.job.id] = attempt
+        attempt.runner = asyncio.create_task(self._run_attempt(attempt))
+
+    async def _run_attempt(self, attempt: Attempt) -> None:
+        clock = self.app.clock
+        try:
+            async with self._slots:
+                attempt.started_at = clock()
+                finish = await executor.run(attempt, self._threads, clock(), self.id)
+                # run() catches the cancellation of the handler itself; a cancel that
+                # lands between the handler and here must not lose the outcome.
+        except asyncio.CancelledError:
+            finish = Finish("returned", attempt.job.id, attempt.job.fence, clock())
+        finish.finished_at = clock()
+        del self.active[attempt.job.id]
+        assert self._producer is not None and self._completer is not None
+        self._producer.slot_freed.set()
+        self._completer.add(finish)
+
+    def _on_written(self, batch: list[Finish], report: FinishReport) -> None:
+        for finish in batch:
+            self.held.pop(finish.id, None)
+        self.finished += len(report.accepted)
+        self.stale_completions += len(report.stale)
+        if self._producer is not None:  # a burst may be waiting for the last write
+            self._producer.slot_freed.set()
+
+    # -- heartbeat: liveness, lease extension, cancellation ---------------------
+
+    def _request_heartbeat_threadsafe(self) -> None:
+        """Called from handlers, on the loop or in a thread: beat within milliseconds."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._beat_now.set)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.heartbeat_interval):
+                    await self._beat_now.wait()
+            self._beat_now.clear()
+            try:
+                await self._beat()
+            except Exception:
+                log.exception("heartbeat of worker %s failed", self.id)
+
+    async def _beat(self) -> None:
+        assert self._store is not None
+        now = self.app.clock()
+        info = WorkerInfo(
+            self.id, self.app.namespace, self.queues, socket.gethostname(), os.getpid(),
+            self.concurrency, self._started_at, now, running=sorted(self.active),
+        )  # fmt: skip
+        await self._store.worker_beat(info)
+        # Extend leases on request (ctx.heartbeat) and for jobs waiting for a slot.
+        extend = [
+            job_id for job_id, a in self.active.items()
+            if a.started_at is None or (a.ctx is not None and a.ctx._take_heartbeat())
+        ]  # fmt: skip
+        held = [(i, a.job.fence) for i, a in self.active.items()]
+        leases = await self._store.job_leases(held, extend, now)
+        for job_id in leases.extended:
+            if job_id in self.active:
+                self.active[job_id].lease_until = now + self.active[job_id].job.ttr
+        for job_id in leases.cancel_requested:
+            if job_id in self.active:
+                self.active[job_id].interrupt(Stop.CANCEL)
+        for attempt in list(self.active.values()):
+            if attempt.lease_until < now and attempt.started_at is not None:
+                attempt.interrupt(Stop.LEASE)
+
+    # -- maintenance --------------------------------------------------------------
+
+    async def _maintenance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.maintenance_interval)
+            try:
+                await self._maintain_once()
+            except Exception:
+                log.exception("maintenance round failed")
+
+    async def _maintain_once(self) -> None:
+        assert self._store is not None
+        now = self.app.clock()
+        if await self._store.leader_acquire(LEADER, self.id, self.leader_ttl, now):
+            if self._maintenance is None:
+                self._maintenance = Maintenance(self._store, self.id)
+            await self._maintenance.tick(now)
+
+    # -- signals -----------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+        assert self._loop is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _remove_signals(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+        assert self._loop is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested:
+            log.warning("second %s: exiting at once", sig.name)
+            os._exit(1)
+        log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace)
+        self.stop()
+
+
+def _task_queues(app: App) -> list[str]:
+    return sorted({task.queue for task in app.tasks.values()}) or ["default"]
