@@ -50,18 +50,15 @@ class Event(enum.StrEnum):
     CANCEL = "cancel"
     EXPIRE = "ttl passed before it ran"
     RESPAWN = "respawn / retry by an operator"
-    LANE_HOLD = "lane at its limit"
-    LANE_RELEASE = "lane has room"
 
 
 S, E = State, Event
 
-#: (from, event) -> to. Anything absent is not allowed.
+#: (from, event) -> to. Anything absent is not allowed. ``waiting`` (held behind a
+#: lane) has no transitions yet: it arrives with lanes.
 TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (None, E.ENQUEUE_DUE): S.READY,
     (None, E.ENQUEUE_DELAYED): S.SCHEDULED,
-    (None, E.LANE_HOLD): S.WAITING,
-    (S.WAITING, E.LANE_RELEASE): S.READY,
     (S.SCHEDULED, E.DUE): S.READY,
     (S.READY, E.CLAIM): S.RUNNING,
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
@@ -74,10 +71,8 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.RUNNING, E.SHUTDOWN_RETURN): S.READY,
     (S.RUNNING, E.CANCEL): S.CANCELLED,
     (S.SCHEDULED, E.CANCEL): S.CANCELLED,
-    (S.WAITING, E.CANCEL): S.CANCELLED,
     (S.READY, E.CANCEL): S.CANCELLED,
     (S.SCHEDULED, E.EXPIRE): S.EXPIRED,
-    (S.WAITING, E.EXPIRE): S.EXPIRED,
     (S.READY, E.EXPIRE): S.EXPIRED,
     (S.DEAD, E.RESPAWN): S.READY,
     (S.CANCELLED, E.RESPAWN): S.READY,

@@ -31,6 +31,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self.writes = 0  # batches written so far: lets a burst know nothing changed
 
     @property
     def backlog(self) -> int:
@@ -63,6 +64,7 @@ class Completer:
                 continue
             delay = 0.05
             del self._pending[: len(batch)]
+            self.writes += 1
             self._on_written(batch, report)
 
     async def drain(self) -> None:

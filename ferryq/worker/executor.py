@@ -59,26 +59,27 @@ class Attempt:
 
 async def run(attempt: Attempt, threads: Executor | None, now: float, worker: str) -> Finish:
     """Run the handler; every outcome, even a crash of the handler, becomes a Finish."""
-    job = attempt.job
+    job, started = attempt.job, attempt.started_at
     try:
         value = await _call(attempt, threads)
     except asyncio.CancelledError:
         return _interrupted(attempt, now, worker)
-    except Fail as exc:
-        return failure(job, exc, now, worker, permanent=True)
-    except Retry as exc:
-        return failure(job, exc, now, worker, retry_after=exc.after)
     except Exception as exc:
         if attempt.stop is Stop.CANCEL:
-            return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
-        return failure(job, exc, now, worker, started_at=attempt.started_at)
+            return Finish("cancelled", job.id, job.fence, now, started)
+        if isinstance(exc, Fail):
+            return failure(job, exc, now, worker, permanent=True, started_at=started)
+        after = exc.after if isinstance(exc, Retry) else None
+        return failure(job, exc, now, worker, retry_after=after, started_at=started)
+    if attempt.stop is Stop.CANCEL:  # cancelled while running: the outcome is dropped
+        return Finish("cancelled", job.id, job.fence, now, started)
     if isinstance(value, Next):
         return _next_stage(attempt, value, now)
     try:
         result = _json.dumps(value, f"result of {job.task}")
     except SerializationError as exc:
-        return failure(job, exc, now, worker, permanent=True, started_at=attempt.started_at)
-    return Finish("succeeded", job.id, job.fence, now, attempt.started_at, result)
+        return failure(job, exc, now, worker, permanent=True, started_at=started)
+    return Finish("succeeded", job.id, job.fence, now, started, result)
 
 
 async def _call(attempt: Attempt, threads: Executor | None) -> Any:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryq.context import Context
 from ferryq.store.base import Claimed, Store
+from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt
 
 if TYPE_CHECKING:
@@ -53,13 +54,16 @@ class Producer:
         self.slot_freed = asyncio.Event()
         self.stopping = asyncio.Event()
 
-    async def run(self, burst: bool, backlog: Callable[[], int]) -> None:
+    async def run(self, burst: bool, completer: Completer) -> None:
         while not self.stopping.is_set():
+            # Cleared before looking, so a slot freed from here on wakes the wait below.
+            self.slot_freed.clear()
             free = self.capacity - len(self.active)
-            if free <= 0 or backlog() > 4 * self.capacity:
+            if free <= 0 or completer.backlog > 4 * self.capacity:
                 await self._wait(self.max_idle, watch_db=False)
                 continue
             now = self.clock()
+            writes_before_claim = completer.writes
             claimed = await self.store.job_claim(
                 self.namespace, self.queues, min(free, self.batch), self.worker_id, now
             )
@@ -69,7 +73,10 @@ class Producer:
                 continue
             next_due = await self.store.job_next_due(self.namespace, self.queues)
             if burst and (next_due is None or next_due > now):
-                if not self.active and backlog() == 0:
+                # Done only if nothing was in flight and no write landed since the
+                # claim began: a retry written meanwhile may be due already.
+                settled = not self.active and completer.backlog == 0
+                if settled and completer.writes == writes_before_claim:
                     return
                 await self._wait(self.max_idle, watch_db=False)
                 continue
@@ -89,7 +96,6 @@ class Producer:
 
     async def _wait(self, within: float, *, watch_db: bool) -> None:
         """Until a slot frees, stop, ``within`` seconds, or (``watch_db``) a write."""
-        self.slot_freed.clear()
         waiters: list[asyncio.Future[bool]] = [
             asyncio.ensure_future(self.slot_freed.wait()),
             asyncio.ensure_future(self.stopping.wait()),

@@ -110,7 +110,7 @@ class Worker:
         try:
             if self.burst:
                 await self._maintain_once()
-            await producer.run(self.burst, lambda: completer.backlog)
+            await producer.run(self.burst, completer)
             await self._shutdown()
         finally:
             for service in background[1:]:

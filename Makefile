@@ -1,0 +1,25 @@
+# The two commands a new user runs: `make demo` and `make test`.
+.PHONY: demo test lint bench clean
+
+demo:
+	@scripts/venv.sh
+	@.venv/bin/ferryq demo
+
+test:
+	@scripts/venv.sh test
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q
+
+lint:
+	@scripts/venv.sh test
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+bench:
+	@scripts/venv.sh bench
+	.venv/bin/python -m bench.sqlite_throughput
+
+clean:
+	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,44 @@
+"""Builders for conformance tests: jobs written straight through the Store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferryq.job import State
+from ferryq.store.base import Claimed, Finish, NewJob, Store
+
+NS = "default"
+
+
+def new_job(now: float, **fields: Any) -> NewJob:
+    delay = fields.pop("delay", 0.0)
+    priority = fields.get("priority", 0.0)
+    run_at = now + delay
+    values: dict[str, Any] = {
+        "namespace": NS,
+        "queue": "default",
+        "task": "t",
+        "args": "[]",
+        "state": State.SCHEDULED if delay > 0 else State.READY,
+        "run_at": run_at,
+        "order_time": run_at - priority,
+        "created_at": now,
+        "max_tries": 3,
+        "ttr": 30.0,
+    }
+    values.update(fields)
+    return NewJob(**values)
+
+
+async def insert(store: Store, now: float, **fields: Any) -> int:
+    (row,) = await store.job_insert_many([new_job(now, **fields)])
+    return row.id
+
+
+async def claim_one(store: Store, now: float, queue: str = "default") -> Claimed:
+    (job,) = await store.job_claim(NS, [queue], 1, "w1", now)
+    return job
+
+
+def succeed(job: Claimed, now: float, result: str = "null") -> Finish:
+    return Finish("succeeded", job.id, job.fence, now, now, result)

@@ -1,0 +1,59 @@
+"""Shared fixtures: a frozen clock, and a store/app per backend.
+
+Every backend-neutral test takes ``backend_url``; adding a backend means adding a
+parameter here, not rewriting tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+import ferryq
+from ferryq.store import Store, open_store
+
+BACKENDS = ["sqlite"]
+START = 1_800_000_000.0
+
+
+class FrozenClock:
+    """Time that moves only when a test says so."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/ferryq.db"
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+async def store(backend_url: str) -> AsyncIterator[Store]:
+    opened = open_store(backend_url)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def app(backend_url: str, clock: FrozenClock) -> Iterator[ferryq.App]:
+    application = ferryq.App(backend_url, clock=clock)
+    yield application
+    application.close()

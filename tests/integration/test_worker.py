@@ -1,0 +1,371 @@
+"""Job semantics end to end: App, Store and Worker together, with a frozen clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import ferryq
+from ferryq.testing import drain_async
+from ferryq.worker.maintenance import Maintenance
+from tests.conftest import FrozenClock
+
+
+async def test_async_and_sync_handlers_return_results(app: ferryq.App) -> None:
+    @app.task
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task
+    def shout(word: str, times: int = 1) -> str:
+        assert threading.current_thread() is not threading.main_thread()
+        return word.upper() * times
+
+    h1 = await add.enqueue_async(2, 3)
+    h2 = await shout.enqueue_async("hi", times=2)
+    assert (await drain_async(app)).finished == 2
+    assert await h1.result_async(timeout=1) == 5
+    assert await h2.result_async(timeout=1) == "HIHI"
+    job = await app.get_job_async(h1.id)
+    assert job.state == "succeeded" and job.attempts == 1 and job.fence == 1
+    assert job.started_at is not None and job.finished_at is not None
+
+
+def test_sync_api_from_plain_code(app: ferryq.App) -> None:
+    @app.task(queue="mail")
+    async def send(to: str) -> dict[str, str]:
+        return {"sent": to}
+
+    handle = send.enqueue("a@example.com")
+    many = send.enqueue_many([("b@example.com",), {"to": "c@example.com"}])
+    assert handle.status() == "ready" and len(many) == 2
+    assert asyncio.run(send("inline")) == {"sent": "inline"}  # a plain call runs inline
+    ferryq.testing.drain(app)
+    assert handle.result(timeout=1) == {"sent": "a@example.com"}
+    assert [h.result(timeout=1) for h in many] == [{"sent": "b@example.com"},
+                                                   {"sent": "c@example.com"}]  # fmt: skip
+
+
+async def test_context_carries_the_attempt(app: ferryq.App) -> None:
+    seen: list[tuple[int, int, int]] = []
+
+    @app.task(max_tries=2, retry=ferryq.backoff.fixed(0))
+    async def flaky(ctx: ferryq.Context) -> None:
+        seen.append((ctx.job_id, ctx.attempt, ctx.fence))
+        if ctx.attempt == 1:
+            raise RuntimeError("first try fails")
+
+    handle = await flaky.enqueue_async()
+    await drain_async(app)
+    assert seen == [(handle.id, 1, 1), (handle.id, 2, 2)]
+    assert (await app.get_job_async(handle.id)).state == "succeeded"
+
+
+async def test_failures_retry_with_backoff_then_die(app: ferryq.App, clock: FrozenClock) -> None:
+    @app.task(max_tries=3, retry=ferryq.backoff.exponential(cap=60))
+    async def broken() -> None:
+        raise ValueError("always broken")
+
+    handle = await broken.enqueue_async()
+    await drain_async(app)
+    job = await app.get_job_async(handle.id)
+    assert job.state == "scheduled" and job.run_at == clock.now + 1
+    assert job.error is not None and "always broken" in job.error["traceback"]
+    explained = await app.explain_async(handle.id)
+    assert explained.reason == "backoff" and "always broken" in explained.message
+    clock.advance(1)
+    await drain_async(app)
+    assert (await app.get_job_async(handle.id)).run_at == clock.now + 2
+    clock.advance(2)
+    await drain_async(app)
+    job = await app.get_job_async(handle.id)
+    assert job.state == "dead" and job.attempts == 3 and len(job.errors) == 3
+    with pytest.raises(ferryq.JobDead, match="always broken"):
+        await handle.result_async(timeout=1)
+
+
+async def test_retry_and_fail_from_the_handler(app: ferryq.App, clock: FrozenClock) -> None:
+    @app.task(max_tries=5)
+    async def later() -> None:
+        raise ferryq.Retry(after=30)
+
+    @app.task(max_tries=5)
+    async def never() -> None:
+        raise ferryq.Fail("bad input, do not retry")
+
+    h_later = await later.enqueue_async()
+    h_never = await never.enqueue_async()
+    await drain_async(app)
+    assert (await app.get_job_async(h_later.id)).run_at == clock.now + 30
+    dead = await app.get_job_async(h_never.id)
+    assert dead.state == "dead" and dead.attempts == 1
+    assert dead.error is not None and dead.error["message"] == "bad input, do not retry"
+
+
+async def test_unknown_task_dies_with_a_clear_error_and_the_worker_goes_on(
+    app: ferryq.App,
+) -> None:
+    @app.task
+    async def known() -> str:
+        return "fine"
+
+    stray = await app.enqueue_async("nobody.knows", [1], max_tries=1)
+    good = await known.enqueue_async()
+    await drain_async(app)
+    job = await app.get_job_async(stray.id)
+    assert job.state == "dead" and "unknown task 'nobody.knows'" in job.error["message"]  # type: ignore[index]
+    assert await good.result_async(timeout=1) == "fine"
+
+
+async def test_a_result_that_is_not_json_is_a_permanent_failure(app: ferryq.App) -> None:
+    @app.task(max_tries=3)
+    async def odd() -> object:
+        return object()
+
+    handle = await odd.enqueue_async()
+    await drain_async(app)
+    job = await app.get_job_async(handle.id)
+    assert job.state == "dead" and job.attempts == 1
+    assert "cannot be stored as JSON" in job.error["message"]  # type: ignore[index]
+
+
+async def test_bad_input_at_enqueue_writes_nothing(app: ferryq.App) -> None:
+    @app.task
+    async def take(value: Any) -> None:
+        return None
+
+    with pytest.raises(ferryq.SerializationError, match="arguments of"):
+        await take.enqueue_async({1, 2})
+    with pytest.raises(ferryq.SerializationError, match="limit"):
+        await take.enqueue_async("x" * (2 << 20))
+    with pytest.raises(ValueError, match="ttr"):
+        take.options(ttr=0)
+    with pytest.raises(ValueError, match="max_tries"):
+        take.options(max_tries=0)
+    with pytest.raises(ValueError, match="priority"):
+        take.options(priority=400 * 86400)
+    with pytest.raises(ValueError, match="delay"):
+        take.options(delay=-1)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        await take.enqueue_async(value=1, other=2)
+    assert await app.list_jobs_async() == []
+
+
+async def test_delays_and_priorities(app: ferryq.App, clock: FrozenClock) -> None:
+    order: list[str] = []
+
+    @app.task
+    async def mark(name: str) -> None:
+        order.append(name)
+
+    await mark.enqueue_async("old")
+    clock.advance(10)
+    await mark.enqueue_async("young")
+    await mark.options(priority=60).enqueue_async("urgent")
+    delayed = await mark.options(delay=30).enqueue_async("delayed")
+    await drain_async(app, concurrency=1, prefetch=0)
+    assert order == ["urgent", "old", "young"]
+    assert (await app.explain_async(delayed.id)).reason == "scheduled"
+    clock.advance(30)
+    await drain_async(app)
+    assert order[-1] == "delayed"
+
+
+async def test_ttl_expires_a_job_that_did_not_run(app: ferryq.App, clock: FrozenClock) -> None:
+    @app.task
+    async def slow() -> None:
+        return None
+
+    handle = await slow.options(ttl=10, delay=20).enqueue_async()
+    clock.advance(20)
+    assert (await app.explain_async(handle.id)).reason == "expiring"
+    await drain_async(app)  # the burst's maintenance round expires it; it never runs
+    with pytest.raises(ferryq.JobExpired):
+        await handle.result_async(timeout=1)
+
+
+async def test_dedup_through_the_api(app: ferryq.App, clock: FrozenClock) -> None:
+    @app.task
+    async def digest(user: int) -> None:
+        return None
+
+    first = await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)
+    again = await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)
+    assert first.created and not again.created and again.id == first.id
+    await drain_async(app)
+    clock.advance(300)
+    assert (await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)).id == first.id
+    clock.advance(301)
+    assert (await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)).created
+
+
+async def test_result_waits_and_times_out(app: ferryq.App) -> None:
+    handle = await app.enqueue_async("never.runs")
+    with pytest.raises(ferryq.ResultTimeout, match="still ready"):
+        await handle.result_async(timeout=0.05)
+
+
+async def test_cancel_a_pending_job(app: ferryq.App) -> None:
+    handle = await app.enqueue_async("x.y", delay=60)
+    assert (await handle.cancel_async()).state == "cancelled"
+    with pytest.raises(ferryq.JobCancelled):
+        await handle.result_async()
+    assert (await handle.explain_async()).reason == "cancelled"
+
+
+async def _run_worker_until(worker: ferryq.Worker, condition: asyncio.Event) -> None:
+    runner = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(condition.wait(), 10)
+    finally:
+        worker.stop()
+        await runner
+
+
+async def test_cancel_a_running_async_job(app: ferryq.App) -> None:
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    handle = await forever.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=0.01, handle_signals=False)
+
+    async def cancel_when_started() -> None:
+        await started.wait()
+        assert (await handle.explain_async()).reason == "running"
+        await handle.cancel_async()
+        assert (await handle.explain_async()).reason == "cancelling"
+        with pytest.raises(ferryq.JobCancelled):
+            await handle.result_async(timeout=10)
+        finished.set()
+
+    canceller = asyncio.create_task(cancel_when_started())
+    await _run_worker_until(worker, finished)
+    await canceller
+
+
+async def test_cancel_a_running_sync_job_sets_ctx_cancelled(app: ferryq.App) -> None:
+    started = threading.Event()
+    finished = asyncio.Event()
+
+    @app.task
+    def polite(ctx: ferryq.Context) -> str:
+        started.set()
+        while not ctx.cancelled:
+            ctx._cancel_event.wait(0.01)
+        return "stopped early"
+
+    handle = await polite.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=0.01, handle_signals=False)
+
+    async def cancel_when_started() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, started.wait)
+        await handle.cancel_async()
+        with pytest.raises(ferryq.JobCancelled):
+            await handle.result_async(timeout=10)
+        finished.set()
+
+    canceller = asyncio.create_task(cancel_when_started())
+    await _run_worker_until(worker, finished)
+    await canceller
+
+
+async def test_an_async_handler_past_its_ttr_is_stopped(
+    app: ferryq.App, clock: FrozenClock
+) -> None:
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    @app.task(ttr=5, max_tries=1)
+    async def stuck() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    handle = await stuck.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=0.01, handle_signals=False)
+
+    async def expire_lease() -> None:
+        await started.wait()
+        clock.advance(6)
+        with pytest.raises(ferryq.JobDead, match="ttr of 5 s"):
+            await handle.result_async(timeout=10)
+        finished.set()
+
+    watcher = asyncio.create_task(expire_lease())
+    await _run_worker_until(worker, finished)
+    await watcher
+
+
+async def test_heartbeat_extends_the_lease(app: ferryq.App, clock: FrozenClock) -> None:
+    beat, go_on = asyncio.Event(), asyncio.Event()
+
+    @app.task(ttr=10)
+    async def long(ctx: ferryq.Context) -> str:
+        clock.advance(8)
+        ctx.heartbeat()
+        beat.set()
+        await go_on.wait()
+        return "done"
+
+    handle = await long.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=30, handle_signals=False)
+    runner = asyncio.create_task(worker.run())
+    await beat.wait()
+    for _ in range(1000):  # the worker writes the heartbeat within milliseconds
+        if (await app.get_job_async(handle.id)).lease_until == clock.now + 10:
+            break
+        await asyncio.sleep(0.001)
+    assert (await app.get_job_async(handle.id)).lease_until == clock.now + 10
+    go_on.set()
+    assert await handle.result_async(timeout=10) == "done"
+    worker.stop()
+    await runner
+
+
+async def test_graceful_stop_returns_unfinished_jobs_without_charging_a_try(
+    app: ferryq.App,
+) -> None:
+    started = asyncio.Event()
+
+    @app.task
+    async def endless() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    handle = await endless.enqueue_async()
+    worker = ferryq.Worker(app, grace=0, handle_signals=False)
+    runner = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.stop()
+    await runner
+    job = await app.get_job_async(handle.id)
+    assert job.state == "ready" and job.attempts == 0 and job.fence == 1
+
+
+async def test_maintenance_recovers_expired_leases(app: ferryq.App, clock: FrozenClock) -> None:
+    first = await app.enqueue_async("t", ttr=10, max_tries=2, retry=ferryq.backoff.fixed(0))
+    store = await app.store()
+    await store.job_claim("default", ["default"], 10, "crashed-worker", clock.now)
+    maintenance = Maintenance(store, "leader")
+    clock.advance(10)
+    assert (await maintenance.tick(clock.now)).recovered == 0
+    clock.advance(1)
+    assert (await maintenance.tick(clock.now)).recovered == 1
+    job = await app.get_job_async(first.id)
+    assert job.state == "ready" and "lease expired" in job.error["message"]  # type: ignore[index]
+    await store.job_claim("default", ["default"], 10, "crashed-again", clock.now)
+    clock.advance(11)
+    await maintenance.tick(clock.now)
+    assert (await app.get_job_async(first.id)).state == "dead"
+
+
+async def test_explain_says_when_no_worker_consumes_the_queue(app: ferryq.App) -> None:
+    handle = await app.enqueue_async("t", queue="orphans")
+    explained = await handle.explain_async()
+    assert explained.reason == "no_worker" and "'orphans'" in explained.message
+    assert explained.to_dict()["state"] == "ready"

@@ -1,0 +1,60 @@
+"""Rules of the code base that a test can keep true."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import ferryq
+from ferryq.job import TERMINAL_STATES, TRANSITIONS, Event, State, transition
+
+PACKAGE = Path(ferryq.__file__).parent
+DRIVERS = {"sqlite3", "psycopg", "psycopg_pool", "asyncpg"}
+
+
+def test_public_names_are_sorted_and_exist() -> None:
+    assert ferryq.__all__ == sorted(ferryq.__all__)
+    for name in ferryq.__all__:
+        assert hasattr(ferryq, name), name
+
+
+def test_only_the_store_imports_a_database_driver() -> None:
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if "store" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path}: {n}" for n in names if n.split(".")[0] in DRIVERS]
+    assert offenders == []
+
+
+def test_states_compare_equal_to_their_names() -> None:
+    assert State.SUCCEEDED == "succeeded"
+    assert {s.value for s in State} == {
+        "scheduled", "waiting", "ready", "running", "succeeded", "dead", "cancelled", "expired",
+    }  # fmt: skip
+
+
+def test_terminal_states_have_no_way_out_but_respawn() -> None:
+    for (source, event), _target in TRANSITIONS.items():
+        if source in TERMINAL_STATES:
+            assert event == Event.RESPAWN
+
+
+def test_transition_refuses_what_the_table_does_not_allow() -> None:
+    assert transition(State.READY, Event.CLAIM) == State.RUNNING
+    with pytest.raises(ValueError, match="not allowed in state succeeded"):
+        transition(State.SUCCEEDED, Event.CLAIM)
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    folder = PACKAGE / "store" / "sqlite" / "migrations"
+    numbers = sorted(int(p.name[:4]) for p in folder.glob("*.sql"))
+    assert numbers == list(range(1, len(numbers) + 1))
