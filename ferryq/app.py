@@ -197,16 +197,27 @@ class App:
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def enqueue(self, task: str, args: Any = (), **options: Any) -> JobHandle:
-        """Enqueue by task name (the task need not be registered here)."""
+        """Enqueue by task name (the task need not be registered here).
+
+        ``args`` is a list of positional arguments or a dict of keyword arguments.
+        """
         return self.portal_call(self.enqueue_async(task, args, **options))
 
     async def enqueue_async(self, task: str, args: Any = (), **options: Any) -> JobHandle:
+        return (await self.enqueue_many_async(task, [args], **options))[0]
+
+    def enqueue_many(self, task: str, args: Sequence[Any], **options: Any) -> list[JobHandle]:
+        """Enqueue one job per element of ``args``, in one transaction."""
+        return self.portal_call(self.enqueue_many_async(task, args, **options))
+
+    async def enqueue_many_async(
+        self, task: str, args: Sequence[Any], **options: Any
+    ) -> list[JobHandle]:
         known = self.tasks.get(task)
         defaults = known.defaults if known else DEFAULT_TASK_OPTIONS
-        if isinstance(args, tuple):
-            args = list(args)
-        encoded = _json.dumps(args, f"arguments of {task}")
-        return (await self.enqueue_raw(task, [encoded], defaults.merged(**options)))[0]
+        what = f"arguments of {task}"
+        encoded = [_json.dumps(list(a) if isinstance(a, tuple) else a, what) for a in args]
+        return await self.enqueue_raw(task, encoded, defaults.merged(**options))
 
     # -- reading and operating jobs ----------------------------------------------
 

@@ -197,7 +197,9 @@ async def test_dedup_through_the_api(app: ferryq.App, clock: FrozenClock) -> Non
     assert first.created and not again.created and again.id == first.id
     await drain_async(app)
     clock.advance(300)
-    assert (await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)).id == first.id
+    assert (
+        await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)
+    ).id == first.id
     clock.advance(301)
     assert (await digest.options(unique_key="digest:1", unique_for=600).enqueue_async(1)).created
 

@@ -18,7 +18,9 @@ from ferryq.policy import YEAR, JobOptions, due_time, expires_at, order_time
 )  # fmt: skip
 def test_invalid_options_name_the_option(option: str, value: Any) -> None:
     with pytest.raises(ValueError, match=option):
-        JobOptions().merged(**{option: value, **({"unique_key": "k"} if option == "unique_for" else {})})
+        JobOptions().merged(
+            **{option: value, **({"unique_key": "k"} if option == "unique_for" else {})}
+        )
 
 
 def test_valid_options_merge_over_defaults() -> None:

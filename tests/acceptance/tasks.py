@@ -1,0 +1,38 @@
+"""Tasks for tests that run real worker processes. The App reads FERRYQ_URL."""
+
+from __future__ import annotations
+
+import os
+
+import ferryq
+
+app = ferryq.App(os.environ.get("FERRYQ_URL"))
+_log = None
+
+
+def _log_line(line: str) -> None:
+    global _log
+    if _log is None:
+        path = os.path.join(os.environ["FERRYQ_TEST_LOG_DIR"], f"{os.getpid()}.log")
+        _log = open(path, "a", buffering=1)  # noqa: SIM115 - one file for the process's life
+    _log.write(line + "\n")
+
+
+@app.task
+async def record(n: int, ctx: ferryq.Context) -> int:
+    _log_line(f"{ctx.job_id} {n} {ctx.fence}")
+    return n
+
+
+@app.task(ttr=1, max_tries=3, retry=ferryq.backoff.fixed(0))
+def hold(started_fifo: str, go_fifo: str | None, ctx: ferryq.Context) -> str:
+    """First attempt: say so through a FIFO, then block until told to go on (if ever)."""
+    if ctx.attempt == 1:
+        with open(started_fifo, "w") as fifo:
+            fifo.write(f"{os.getpid()}\n")
+        if go_fifo is None:
+            while True:  # killed here
+                os.pause()
+        with open(go_fifo) as fifo:
+            fifo.read()
+    return f"attempt {ctx.attempt} by {os.getpid()}"

@@ -1,0 +1,61 @@
+"""Real worker processes killed and frozen mid-job."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import ferryq
+from tests.acceptance.conftest import Workers, read_fifo
+from tests.acceptance.tasks import hold
+
+
+def _enqueue_hold(app: ferryq.App, started: str, go: str | None) -> ferryq.JobHandle:
+    retry = ferryq.backoff.fixed(0)
+    return app.enqueue(hold.name, [started, go], ttr=1, max_tries=3, retry=retry)
+
+
+def test_a_job_whose_worker_is_killed_runs_again_elsewhere(
+    workers: Workers, tmp_path: Path
+) -> None:
+    app = ferryq.App(workers.url)
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    handle = _enqueue_hold(app, str(started), None)
+    victim = workers.start()
+    pid = int(read_fifo(started))
+    assert pid == victim.pid
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    workers.start()
+    assert handle.result(timeout=30).startswith("attempt 2 by ")
+    job = app.get_job(handle.id)
+    assert job.attempts == 2 and job.fence == 2
+    assert "lease expired" in job.errors[0]["message"]
+    app.close()
+
+
+def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
+    workers: Workers, tmp_path: Path
+) -> None:
+    app = ferryq.App(workers.url)
+    started, go = tmp_path / "started", tmp_path / "go"
+    os.mkfifo(started)
+    os.mkfifo(go)
+    handle = _enqueue_hold(app, str(started), str(go))
+    frozen = workers.start()
+    assert int(read_fifo(started)) == frozen.pid
+    frozen.send_signal(signal.SIGSTOP)
+    rescuer = workers.start()
+    result = handle.result(timeout=30)
+    assert result == f"attempt 2 by {rescuer.pid}"
+    frozen.send_signal(signal.SIGCONT)
+    with open(go, "w") as fifo:  # the frozen attempt now finishes, late
+        fifo.write("go\n")
+    frozen.send_signal(signal.SIGTERM)
+    late_log = workers.stderr_of(frozen)
+    assert "stale completion" in late_log
+    job = app.get_job(handle.id)
+    assert job.state == "succeeded" and job.result == result and job.fence == 2
+    app.close()

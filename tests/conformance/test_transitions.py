@@ -1,0 +1,120 @@
+"""Every transition of the state machine (ferryq.job.TRANSITIONS), driven through a Store.
+
+Adding a transition to the table without a scenario here fails the first test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from ferryq.job import TRANSITIONS, Event, State
+from ferryq.store import Store
+from ferryq.store.base import Finish
+from ferryq.worker.maintenance import Maintenance
+from tests.conformance.jobs import claim_one, insert, succeed
+from tests.conftest import START
+
+NOW = START
+Scenario = Callable[[Store], Awaitable[int]]
+S, E = State, Event
+
+
+async def _running(store: Store, **fields: object) -> int:
+    job_id = await insert(store, NOW, **fields)  # type: ignore[arg-type]
+    assert (await claim_one(store, NOW)).id == job_id
+    return job_id
+
+
+async def _finish(store: Store, kind: str, **fields: object) -> int:
+    job_id = await _running(store)
+    finish = Finish(kind, job_id, 1, NOW, NOW, **fields)  # type: ignore[arg-type]
+    assert (await store.job_finish_many([finish])).accepted == [job_id]
+    return job_id
+
+
+async def _lease_expired(store: Store, max_tries: int) -> int:
+    job_id = await _running(store, ttr=5.0, max_tries=max_tries)
+    assert await Maintenance(store, "leader").recover_leases(NOW + 6) == 1
+    return job_id
+
+
+async def _terminal_then_respawn(store: Store, make: Scenario) -> int:
+    job_id = await make(store)
+    assert await store.job_respawn([job_id], NOW + 100) == [job_id]
+    return job_id
+
+
+async def _expired(store: Store, **fields: object) -> int:
+    job_id = await insert(store, NOW, expires_at=NOW + 1, **fields)  # type: ignore[arg-type]
+    assert await store.job_expire(NOW + 2, 10) == [job_id]
+    return job_id
+
+
+async def _cancelled_running(store: Store) -> int:
+    job_id = await _running(store)
+    await store.job_cancel(job_id, NOW)
+    await store.job_finish_many([Finish("cancelled", job_id, 1, NOW)])
+    return job_id
+
+
+async def _cancelled(store: Store, **fields: object) -> int:
+    job_id = await insert(store, NOW, **fields)  # type: ignore[arg-type]
+    await store.job_cancel(job_id, NOW)
+    return job_id
+
+
+async def _succeeded(store: Store) -> int:
+    job_id = await insert(store, NOW)
+    await store.job_finish_many([succeed(await claim_one(store, NOW), NOW)])
+    return job_id
+
+
+async def _promoted(store: Store) -> int:
+    job_id = await insert(store, NOW, delay=5.0)
+    assert await store.job_promote_due(NOW + 5, 10) == 1
+    return job_id
+
+
+async def _dead(store: Store) -> int:
+    return await _finish(store, "dead", error={"message": "x"})
+
+
+SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
+    (None, E.ENQUEUE_DUE): lambda s: insert(s, NOW),
+    (None, E.ENQUEUE_DELAYED): lambda s: insert(s, NOW, delay=5.0),
+    (S.SCHEDULED, E.DUE): _promoted,
+    (S.READY, E.CLAIM): _running,
+    (S.RUNNING, E.SUCCEED): _succeeded,
+    (S.RUNNING, E.NEXT_STAGE): lambda s: _finish(
+        s, "next", stage="b", context="{}", run_at=NOW + 5, order_time=NOW + 5
+    ),
+    (S.RUNNING, E.RETRY): lambda s: _finish(
+        s, "retry", error={"message": "x"}, run_at=NOW + 5, order_time=NOW + 5
+    ),
+    (S.RUNNING, E.RETRY_NOW): lambda s: _finish(s, "retry", error={"message": "x"}, run_at=NOW),
+    (S.RUNNING, E.DIE): _dead,
+    (S.RUNNING, E.LEASE_EXPIRED): lambda s: _lease_expired(s, max_tries=3),
+    (S.RUNNING, E.LEASE_EXPIRED_DEAD): lambda s: _lease_expired(s, max_tries=1),
+    (S.RUNNING, E.SHUTDOWN_RETURN): lambda s: _finish(s, "returned"),
+    (S.RUNNING, E.CANCEL): _cancelled_running,
+    (S.SCHEDULED, E.CANCEL): lambda s: _cancelled(s, delay=5.0),
+    (S.READY, E.CANCEL): _cancelled,
+    (S.SCHEDULED, E.EXPIRE): lambda s: _expired(s, delay=5.0),
+    (S.READY, E.EXPIRE): _expired,
+    (S.DEAD, E.RESPAWN): lambda s: _terminal_then_respawn(s, _dead),
+    (S.CANCELLED, E.RESPAWN): lambda s: _terminal_then_respawn(s, _cancelled),
+    (S.EXPIRED, E.RESPAWN): lambda s: _terminal_then_respawn(s, _expired),
+}
+
+
+def test_every_transition_has_a_scenario() -> None:
+    assert set(SCENARIOS) == set(TRANSITIONS)
+
+
+@pytest.mark.parametrize("edge", list(TRANSITIONS), ids=lambda e: f"{e[0]}--{e[1].name}")
+async def test_transition(store: Store, edge: tuple[State | None, Event]) -> None:
+    job_id = await SCENARIOS[edge](store)
+    job = await store.job_get(job_id)
+    assert job is not None and job.state == TRANSITIONS[edge]
