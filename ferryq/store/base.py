@@ -158,6 +158,20 @@ class Store(Protocol):
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport: ...
 
+    async def job_finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        namespace: str,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        now: float,
+    ) -> tuple[FinishReport, list[Claimed]]:
+        """Write finished attempts and claim up to ``limit`` jobs in one transaction.
+
+        The worker's hot loop: one round trip and one commit instead of two.
+        """
+
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
     ) -> Leases:

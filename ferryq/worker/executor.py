@@ -76,7 +76,7 @@ async def run(attempt: Attempt, threads: Executor | None, now: float, worker: st
     if isinstance(value, Next):
         return _next_stage(attempt, value, now)
     try:
-        result = _json.dumps(value, f"result of {job.task}")
+        result = "null" if value is None else _json.dumps(value, f"result of {job.task}")
     except SerializationError as exc:
         return failure(job, exc, now, worker, permanent=True, started_at=started)
     return Finish("succeeded", job.id, job.fence, now, started, result)
@@ -86,7 +86,7 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
     task, job = attempt.task, attempt.job
     if task is None:
         raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
-    decoded = json.loads(job.args)
+    decoded = [] if job.args == "[]" else json.loads(job.args)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     if isinstance(decoded, dict):

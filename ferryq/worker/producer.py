@@ -2,7 +2,8 @@
 
 It claims only what free slots (plus a small prefetch) can take, in batches, and
 between claims waits for a sign that the database changed, the next due time, or a
-slot freeing up, whichever comes first. There is no busy polling of queries.
+slot freeing up, whichever comes first: there is no busy polling of queries. Each
+claim also writes the finishes waiting in the completer, in the same transaction.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +23,14 @@ from ferryq.worker.executor import Attempt
 if TYPE_CHECKING:
     from ferryq.task import Task
 
+log = logging.getLogger("ferryq.worker")
+
 
 class Producer:
     def __init__(
         self,
         store: Store,
+        completer: Completer,
         *,
         namespace: str,
         queues: Sequence[str],
@@ -40,6 +45,7 @@ class Producer:
         max_idle: float = 1.0,
     ) -> None:
         self.store = store
+        self.completer = completer
         self.namespace = namespace
         self.queues = list(queues)
         self.worker_id = worker_id
@@ -53,30 +59,54 @@ class Producer:
         self.max_idle = max_idle
         self.slot_freed = asyncio.Event()
         self.stopping = asyncio.Event()
+        self._cycle_lock = asyncio.Lock()
 
-    async def run(self, burst: bool, completer: Completer) -> None:
+    async def cycle(self) -> int:
+        """Write pending finishes and claim for free slots; return the number claimed."""
+        async with self._cycle_lock:
+            finishes = self.completer.take()
+            free = self.capacity - len(self.active)
+            limit = 0 if self.stopping.is_set() else max(0, min(free, self.batch))
+            if not finishes and not limit:
+                return 0
+            try:
+                report, claimed = await self.store.job_finish_and_claim(
+                    finishes, self.namespace, self.queues, limit, self.worker_id, self.clock()
+                )
+            except BaseException:
+                self.completer.restore(finishes)
+                raise
+            self.completer.written(finishes, report)
+            for job in claimed:
+                self.start(self._attempt(job))
+            return len(claimed)
+
+    async def run(self, burst: bool) -> None:
+        delay = 0.05
         while not self.stopping.is_set():
             # Cleared before looking, so a slot freed from here on wakes the wait below.
             self.slot_freed.clear()
-            free = self.capacity - len(self.active)
-            if free <= 0 or completer.backlog > 4 * self.capacity:
+            if self.capacity - len(self.active) <= 0:
                 await self._wait(self.max_idle, watch_db=False)
                 continue
-            now = self.clock()
-            writes_before_claim = completer.writes
-            claimed = await self.store.job_claim(
-                self.namespace, self.queues, min(free, self.batch), self.worker_id, now
-            )
-            for job in claimed:
-                self.start(self._attempt(job))
+            writes_before_claim = self.completer.writes
+            try:
+                claimed = await self.cycle()
+            except Exception:
+                log.exception("claiming jobs failed; retrying in %.2f s", delay)
+                await self._wait(delay, watch_db=False)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.05
             if claimed:
                 continue
+            now = self.clock()
             next_due = await self.store.job_next_due(self.namespace, self.queues)
             if burst and (next_due is None or next_due > now):
                 # Done only if nothing was in flight and no write landed since the
                 # claim began: a retry written meanwhile may be due already.
-                settled = not self.active and completer.backlog == 0
-                if settled and completer.writes == writes_before_claim:
+                settled = not self.active and self.completer.backlog == 0
+                if settled and self.completer.writes == writes_before_claim:
                     return
                 await self._wait(self.max_idle, watch_db=False)
                 continue

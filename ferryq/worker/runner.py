@@ -10,12 +10,13 @@ import secrets
 import signal
 import socket
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ferryq.policy import JobOptions
-from ferryq.store.base import Finish, FinishReport, Store, WorkerInfo
+from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Stop
@@ -69,10 +70,10 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.handle_signals = handle_signals
         self.active: dict[int, Attempt] = {}  # claimed, handler not finished
-        self.held: dict[int, Attempt] = {}  # claimed, completion not yet written
+        self._queued: deque[Attempt] = deque()  # claimed, waiting for a slot
+        self._running = 0
         self.stale_completions = 0
         self.finished = 0
-        self._slots = asyncio.Semaphore(concurrency)
         self._threads: ThreadPoolExecutor | None = None
         self._beat_now = asyncio.Event()
         self._heartbeat_requested: set[int] = set()
@@ -91,13 +92,14 @@ class Worker:
         store = self._store = await self.app.store()
         if any(not t.is_async for t in self.app.tasks.values()):
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
-        completer = self._completer = Completer(store, self._on_written)
+        completer = self._completer = Completer(self._on_written)
         producer = self._producer = Producer(
-            store, namespace=self.app.namespace, queues=self.queues, worker_id=self.id,
-            tasks=self.app.tasks, capacity=self.concurrency + self.prefetch, batch=self.batch,
-            clock=self.app.clock, start=self._start, active=self.active,
+            store, completer, namespace=self.app.namespace, queues=self.queues,
+            worker_id=self.id, tasks=self.app.tasks, capacity=self.concurrency + self.prefetch,
+            batch=self.batch, clock=self.app.clock, start=self._start, active=self.active,
             request_heartbeat=self._request_heartbeat_threadsafe,
         )  # fmt: skip
+        completer.bind(producer.cycle)
         self._started_at = self.app.clock()
         self._install_signals()
         log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
@@ -110,7 +112,7 @@ class Worker:
         try:
             if self.burst:
                 await self._maintain_once()
-            await producer.run(self.burst, completer)
+            await producer.run(self.burst)
             await self._shutdown()
         finally:
             for service in background[1:]:
@@ -133,9 +135,8 @@ class Worker:
 
     async def _shutdown(self) -> None:
         # Prefetched jobs that never started go straight back.
-        for attempt in list(self.active.values()):
-            if attempt.started_at is None:
-                attempt.interrupt(Stop.SHUTDOWN)
+        while self._queued:
+            self._settle_queued(self._queued.popleft(), "returned")
         runners = [a.runner for a in self.active.values() if a.runner is not None]
         if runners:
             log.info("waiting up to %.0f s for %d running job(s)", self.grace, len(runners))
@@ -157,29 +158,43 @@ class Worker:
     # -- attempts ----------------------------------------------------------------
 
     def _start(self, attempt: Attempt) -> None:
+        """A claimed job: run it now if a slot is free, else queue it (prefetch)."""
         self.active[attempt.job.id] = attempt
-        self.held[attempt.job.id] = attempt
+        if self._running < self.concurrency:
+            self._launch(attempt)
+        else:
+            self._queued.append(attempt)
+
+    def _launch(self, attempt: Attempt) -> None:
+        self._running += 1
+        attempt.started_at = self.app.clock()
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
 
     async def _run_attempt(self, attempt: Attempt) -> None:
         clock = self.app.clock
         try:
-            async with self._slots:
-                attempt.started_at = clock()
-                finish = await executor.run(attempt, self._threads, clock(), self.id)
-                # run() catches the cancellation of the handler itself; a cancel that
-                # lands between the handler and here must not lose the outcome.
+            finish = await executor.run(attempt, self._threads, clock(), self.id)
         except asyncio.CancelledError:
+            # run() handles the cancellation of the handler itself; a cancel that
+            # lands after it returned must not lose the job.
             finish = Finish("returned", attempt.job.id, attempt.job.fence, clock())
         finish.finished_at = clock()
+        self._running -= 1
+        if self._queued:
+            self._launch(self._queued.popleft())
+        self._release(attempt, finish)
+
+    def _settle_queued(self, attempt: Attempt, kind: FinishKind) -> None:
+        """End a prefetched job that never started (shutdown, cancel)."""
+        self._release(attempt, Finish(kind, attempt.job.id, attempt.job.fence, self.app.clock()))
+
+    def _release(self, attempt: Attempt, finish: Finish) -> None:
         del self.active[attempt.job.id]
         assert self._producer is not None and self._completer is not None
         self._producer.slot_freed.set()
         self._completer.add(finish)
 
     def _on_written(self, batch: list[Finish], report: FinishReport) -> None:
-        for finish in batch:
-            self.held.pop(finish.id, None)
         self.finished += len(report.accepted)
         self.stale_completions += len(report.stale)
         if self._producer is not None:  # a burst may be waiting for the last write
@@ -222,8 +237,14 @@ class Worker:
             if job_id in self.active:
                 self.active[job_id].lease_until = now + self.active[job_id].job.ttr
         for job_id in leases.cancel_requested:
-            if job_id in self.active:
-                self.active[job_id].interrupt(Stop.CANCEL)
+            attempt = self.active.get(job_id)
+            if attempt is None:
+                continue
+            if attempt.runner is None:
+                self._queued.remove(attempt)
+                self._settle_queued(attempt, "cancelled")
+            else:
+                attempt.interrupt(Stop.CANCEL)
         for attempt in list(self.active.values()):
             if attempt.lease_until < now and attempt.started_at is not None:
                 attempt.interrupt(Stop.LEASE)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from ferryq.job import State
 from ferryq.store import Store, open_store
 from ferryq.store.base import Finish

@@ -113,6 +113,7 @@ class SQLiteStore(base.Store):
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB keeps the hot indexes cached
         self._conn = conn
         self._write(_migrate)
         self._watch = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -174,26 +175,29 @@ class SQLiteStore(base.Store):
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
     ) -> list[Claimed]:
-        self._claim_version = self._data_version()
-
-        def claim(conn: sqlite3.Connection) -> list[Claimed]:
-            conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
-            if len(queues) == 1:
-                params = {"namespace": namespace, "queue": queues[0], "limit": limit,
-                          "now": now, "worker": worker}  # fmt: skip
-                rows = conn.execute(Q["job_claim_queue"], params).fetchall()
-            else:
-                ids = _pick_ready(conn, namespace, queues, limit, now)
-                if not ids:
-                    return []
-                params = {"ids": json.dumps(ids), "now": now, "worker": worker}
-                rows = conn.execute(Q["job_claim"], params).fetchall()
-            return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
-
-        return await self._call(self._write, claim)
+        return (await self.job_finish_and_claim((), namespace, queues, limit, worker, now))[1]
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
         return await self._call(self._write, lambda conn: _finish_many(conn, finishes))
+
+    async def job_finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        namespace: str,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        now: float,
+    ) -> tuple[FinishReport, list[Claimed]]:
+        if limit > 0:
+            self._claim_version = self._data_version()
+
+        def cycle(conn: sqlite3.Connection) -> tuple[FinishReport, list[Claimed]]:
+            report = _finish_many(conn, finishes) if finishes else FinishReport([], [])
+            claimed = _claim(conn, namespace, queues, limit, worker, now) if limit > 0 else []
+            return report, claimed
+
+        return await self._call(self._write, cycle)
 
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
@@ -429,6 +433,28 @@ def _find_duplicate(conn: sqlite3.Connection, job: NewJob) -> int | None:
         since = job.created_at - job.unique_for
         row = conn.execute(Q["job_find_unique_recent"], {**key, "since": since}).fetchone()
     return None if row is None else int(row[0])
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    namespace: str,
+    queues: Sequence[str],
+    limit: int,
+    worker: str,
+    now: float,
+) -> list[Claimed]:
+    conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
+    if len(queues) == 1:
+        params = {"namespace": namespace, "queue": queues[0], "limit": limit,
+                  "now": now, "worker": worker}  # fmt: skip
+        rows = conn.execute(Q["job_claim_queue"], params).fetchall()
+    else:
+        ids = _pick_ready(conn, namespace, queues, limit, now)
+        if not ids:
+            return []
+        params = {"ids": json.dumps(ids), "now": now, "worker": worker}
+        rows = conn.execute(Q["job_claim"], params).fetchall()
+    return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
 
 
 def _pick_ready(
