@@ -1,0 +1,292 @@
+"""Terminal views shared by the command line and the demo: tables, job pages, JSON.
+
+Job data (args, errors, task names) is shown as plain :class:`rich.text.Text`, never
+parsed as markup, so a job cannot restyle or hide parts of the operator's terminal.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ferryq.insights import Explanation, Stats, when
+from ferryq.job import Job, State
+
+STATE_STYLES: dict[State, str] = {
+    State.SCHEDULED: "cyan",
+    State.WAITING: "magenta",
+    State.READY: "blue",
+    State.RUNNING: "yellow",
+    State.SUCCEEDED: "green",
+    State.DEAD: "bold red",
+    State.CANCELLED: "dim",
+    State.EXPIRED: "dim red",
+}
+
+# -- JSON ----------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """``value`` with only JSON types left: enums by value, non-finite floats as null."""
+    if isinstance(value, enum.Enum):
+        return plain(value.value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(plain(value), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+# -- small pieces --------------------------------------------------------------
+
+
+def state_text(state: State) -> Text:
+    return Text(state.value, style=STATE_STYLES.get(state, ""))
+
+
+def text(value: Any) -> Text:
+    """Untrusted data as a table cell: no markup, ``-`` for nothing."""
+    if value is None or value == "":
+        return Text("-", style="dim")
+    if isinstance(value, str):
+        return Text(value)
+    return Text(json.dumps(plain(value), ensure_ascii=False))
+
+
+def short_when(ts: float | None, now: float) -> str:
+    """A UTC time for lists: the time of day if it is today, else the date and minute."""
+    if ts is None:
+        return "-"
+    moment = datetime.fromtimestamp(ts, UTC)
+    if moment.date() == datetime.fromtimestamp(now, UTC).date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def retry_text(policy: Mapping[str, Any]) -> str:
+    if not policy:
+        return "default (exponential, capped at 1 h)"
+    values = "/".join(f"{s:g}" for s in policy.get("seconds", []))
+    jitter = f", jitter {policy['jitter']:g}" if policy.get("jitter") else ""
+    return f"{policy.get('kind', '?')} {values} s{jitter}"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.1f} s"
+
+
+def _table(title: str | None = None) -> Table:
+    return Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title=title,
+        title_justify="left", title_style="bold",
+    )  # fmt: skip
+
+
+def _pretty_json(value: Any) -> Text:
+    return Text(json.dumps(plain(value), indent=2, ensure_ascii=False))
+
+
+def _section(title: str) -> Text:
+    return Text(f"\n{title}", style="bold")
+
+
+# -- job lists -----------------------------------------------------------------
+
+
+def jobs_table(jobs: Iterable[Job], now: float) -> Table:
+    table = _table()
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("queue")
+    table.add_column("task", overflow="fold")
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("note", overflow="fold")
+    for job in jobs:
+        table.add_row(
+            str(job.id), state_text(job.state), text(job.queue), text(job.task),
+            f"{job.attempts}/{job.max_tries}", short_when(job.created_at, now),
+            job_note(job, now),
+        )  # fmt: skip
+    return table
+
+
+def job_note(job: Job, now: float) -> Text:
+    """The one thing worth knowing about a job in a list."""
+    if job.state in (State.DEAD, State.SCHEDULED) and job.error:
+        message = f"{job.error.get('type', 'error')}: {job.error.get('message', '')}"
+        if job.state == State.SCHEDULED:
+            message = f"retry {short_when(job.run_at, now)} after {message}"
+        return Text(message, style="red" if job.state == State.DEAD else "")
+    if job.state == State.SCHEDULED:
+        return Text(f"due {short_when(job.run_at, now)}")
+    if job.state == State.RUNNING:
+        return Text(f"on {job.worker}")
+    if job.state == State.SUCCEEDED and job.started_at and job.finished_at:
+        return Text(f"took {seconds(job.finished_at - job.started_at)}")
+    if job.lane:
+        return Text(f"lane {job.lane}")
+    return Text("")
+
+
+# -- one job -------------------------------------------------------------------
+
+_FIELDS = (
+    "namespace", "queue", "task", "lane", "stage", "priority", "ttr", "retry", "unique_key",
+    "worker", "fence", "cancel_requested",
+)  # fmt: skip
+_TIMES = (
+    "created_at", "run_at", "claimed_at", "started_at", "finished_at", "lease_until",
+    "expires_at",
+)  # fmt: skip
+
+
+def job_page(job: Job) -> Group:
+    """Everything stored about a job, for ``jobs show``."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("id", str(job.id))
+    grid.add_row("state", state_text(job.state))
+    grid.add_row("attempts", f"{job.attempts} of {job.max_tries}")
+    for name in _FIELDS:
+        value = retry_text(job.retry) if name == "retry" else getattr(job, name)
+        grid.add_row(name.replace("_", " "), text(value))
+    for name in _TIMES:
+        grid.add_row(name.replace("_", " "), when(getattr(job, name)))
+    parts: list[RenderableType] = [grid, _section("args"), _pretty_json(job.args)]
+    if job.context is not None:
+        parts += [_section("context"), _pretty_json(job.context)]
+    if job.state == State.SUCCEEDED or job.result is not None:
+        parts += [_section("result"), _pretty_json(job.result)]
+    if job.error:
+        parts += [_section("error"), error_text(job.error)]
+    if job.errors:
+        parts += [_section(f"errors ({len(job.errors)})"), errors_table(job.errors)]
+    if job.stages:
+        parts += [_section(f"stages ({len(job.stages)})"), stages_table(job.stages)]
+    return Group(*parts)
+
+
+def error_text(error: Mapping[str, Any]) -> Text:
+    line = Text(f"{error.get('type', 'error')}: {error.get('message', '')}", style="red")
+    details = [f"{k} {error[k]}" for k in ("attempt", "stage", "worker") if error.get(k)]
+    if error.get("at"):
+        details.append(f"at {when(error['at'])}")
+    if details:
+        line.append(f"  ({', '.join(details)})", style="dim")
+    traceback = error.get("traceback")
+    if traceback:
+        line.append("\n" + str(traceback).rstrip(), style="")
+    return line
+
+
+def errors_table(errors: Iterable[Mapping[str, Any]]) -> Table:
+    table = _table()
+    for name in ("attempt", "at", "worker", "error"):
+        table.add_column(name, overflow="fold")
+    for error in errors:
+        table.add_row(
+            text(error.get("attempt")), when(error.get("at")), text(error.get("worker")),
+            Text(f"{error.get('type', 'error')}: {error.get('message', '')}"),
+        )  # fmt: skip
+    return table
+
+
+def stages_table(stages: Iterable[Mapping[str, Any]]) -> Table:
+    table = _table()
+    for name in ("stage", "outcome", "started", "finished"):
+        table.add_column(name, overflow="fold")
+    for stage in stages:
+        table.add_row(
+            text(stage.get("stage")), text(stage.get("outcome")),
+            when(stage.get("started_at")), when(stage.get("finished_at")),
+        )  # fmt: skip
+    return table
+
+
+# -- explain and stats ---------------------------------------------------------
+
+
+def explanation_text(explanation: Explanation) -> Text:
+    out = Text(explanation.message)
+    out.append(f"\nreason: {explanation.reason}", style="dim")
+    for key, value in explanation.data.items():
+        if key == "error" and isinstance(value, Mapping):
+            value = f"{value.get('type', 'error')}: {value.get('message', '')}"
+        elif key.endswith(("_at", "_until")) and isinstance(value, int | float):
+            value = when(value)
+        shown = value if isinstance(value, str) else json.dumps(plain(value), ensure_ascii=False)
+        out.append(f"\n{key}: {shown}", style="dim")
+    return out
+
+
+def counts_table(counts: Mapping[str, Mapping[str, int]], title: str | None = None) -> Table:
+    """Jobs by queue (rows) and state (columns), with totals.
+
+    A state with no job in any queue gets no column (ready and running always do), so
+    the table fits a terminal; ``--json`` has every state.
+    """
+    rows = {queue: [by_state.get(s.value, 0) for s in State] for queue, by_state in counts.items()}
+    totals = [sum(column) for column in zip(*rows.values(), strict=True)] or [0] * len(State)
+    shown = [i for i, s in enumerate(State) if totals[i] or s in (State.READY, State.RUNNING)]
+    table = _table(title)
+    table.add_column("queue")
+    for i in shown:
+        state = list(State)[i]
+        table.add_column(Text(state.value, style=STATE_STYLES[state]), justify="right")
+    table.add_column("total", justify="right", style="bold")
+    for queue, row in sorted(rows.items()):
+        table.add_row(Text(queue), *(_count(row[i]) for i in shown), str(sum(row)))
+    if len(rows) != 1:
+        table.add_section()
+        table.add_row(
+            Text("all", style="bold"), *(_count(totals[i]) for i in shown), str(sum(totals))
+        )
+    return table
+
+
+def _count(n: int) -> Text:
+    return Text(str(n), style="" if n else "dim")
+
+
+def workers_table(stats: Stats, now: float) -> Table:
+    table = _table("live workers")
+    for name in ("worker", "queues", "slots", "running", "heartbeat"):
+        table.add_column(name, overflow="fold")
+    for worker in stats.workers:
+        table.add_row(
+            Text(worker.id), Text(",".join(worker.queues)), str(worker.concurrency),
+            str(len(worker.running)), f"{seconds(now - worker.heartbeat_at)} ago",
+        )  # fmt: skip
+    return table
+
+
+def stats_view(stats: Stats, now: float) -> Group:
+    parts: list[RenderableType] = [
+        counts_table(stats.counts, title="jobs") if stats.counts else Text("no jobs", style="dim")
+    ]
+    if stats.workers:
+        parts.append(workers_table(stats, now))
+    else:
+        parts.append(Text("no live workers", style="yellow"))
+    return Group(*parts)

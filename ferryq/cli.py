@@ -1,0 +1,542 @@
+"""The ``ferryq`` command line (SPEC §15). ``python -m ferryq`` runs the same program.
+
+Errors ferryq raises on purpose become one line on stderr: exit code 1 when a job does
+not exist, 2 for anything else the user can fix (bad options, bad arguments, a state
+that does not allow the operation). ``--json`` prints machine-readable JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from click.core import ParameterSource
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import ferryq
+from ferryq import _render, backoff
+from ferryq.app import DEFAULT_URL, App
+from ferryq.errors import FerryqError, JobNotFound
+from ferryq.job import Job, State
+from ferryq.policy import JobOptions
+from ferryq.store import Store
+
+#: Jobs per page when an operation walks every dead job (``--all``).
+PAGE = 500
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class CliError(click.ClickException):
+    """A message for the user and an exit code; never a traceback."""
+
+    exit_code = 2
+
+
+class NotFoundError(CliError):
+    exit_code = 1
+
+
+class FerryqGroup(click.Group):
+    """The root group: turns ferryq's own errors into one line on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except JobNotFound as exc:
+            raise NotFoundError(str(exc)) from None
+        except (FerryqError, ValueError) as exc:
+            raise CliError(str(exc)) from None
+
+
+@dataclass
+class Settings:
+    """The global options, and the App built from them on first use."""
+
+    url: str
+    namespace: str
+    url_given: bool
+    namespace_given: bool
+    app: App | None = field(default=None, repr=False)
+
+
+def settings(ctx: click.Context) -> Settings:
+    found = ctx.find_object(Settings)
+    assert found is not None, "the root command sets Settings"
+    return found
+
+
+def get_app(ctx: click.Context, target: str | None = None) -> App:
+    """The App for ``--url``/``--namespace`` (or the one at ``target``), closed at the end."""
+    config = settings(ctx)
+    if config.app is None:
+        if target is None:
+            config.app = App(config.url, namespace=config.namespace)
+        else:
+            config.app = configured(load_app(target), config)
+        ctx.find_root().call_on_close(config.app.close)
+    return config.app
+
+
+def configured(app: App, config: Settings) -> App:
+    """A user's App with the ``--url``/``--namespace`` given on the command line applied."""
+    if config.url_given:
+        app.url = config.url
+    if config.namespace_given:
+        JobOptions(namespace=config.namespace).validate()
+        app.namespace = config.namespace
+    return app
+
+
+def emit_json(value: Any) -> None:
+    click.echo(_render.to_json(value))
+
+
+def show(renderable: RenderableType) -> None:
+    out.print(renderable)
+
+
+def main() -> None:
+    """Entry point of the ``ferryq`` script and of ``python -m ferryq``."""
+    cli(prog_name="ferryq")
+
+
+# -- the root ------------------------------------------------------------------
+
+
+@click.group(cls=FerryqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url", envvar="FERRYQ_URL", default=DEFAULT_URL, show_default=True, show_envvar=True,
+    help="Database URL: sqlite:///path/to.db or postgresql://…",
+)  # fmt: skip
+@click.option("--namespace", default="default", show_default=True, help="Job namespace.")
+@click.version_option(ferryq.__version__, prog_name="ferryq")
+@click.pass_context
+def cli(ctx: click.Context, url: str, namespace: str) -> None:
+    """ferryq: durable background jobs in SQL."""
+    given = ctx.get_parameter_source
+    ctx.obj = Settings(
+        url, namespace,
+        url_given=given("url") is ParameterSource.COMMANDLINE,
+        namespace_given=given("namespace") is ParameterSource.COMMANDLINE,
+    )  # fmt: skip
+
+
+# -- worker --------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Jobs run at once.")  # fmt: skip
+@click.option("--queues", "-q", metavar="A,B", help="Queues to consume [default: the app's].")
+@click.option("--burst", is_flag=True, help="Exit once nothing is due.")
+@click.option("--prefetch", type=click.IntRange(min=0), help="Jobs claimed beyond free slots.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    target: str,
+    concurrency: int,
+    queues: str | None,
+    burst: bool,
+    prefetch: int | None,
+    grace: float,
+) -> None:
+    """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app)."""
+    app = configured(load_app(target), settings(ctx))
+    configure_logging()
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    options = {"concurrency": concurrency, "queues": names, "burst": burst,
+               "prefetch": prefetch, "grace": grace}  # fmt: skip
+    asyncio.run(_run_worker(app, options))
+
+
+async def _run_worker(app: App, options: dict[str, Any]) -> None:
+    runner = ferryq.Worker(app, **options)
+    try:
+        await runner.run()
+    finally:
+        await app.aclose()
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attribute`` (the attribute defaults to ``app``) and check it."""
+    module_name, _, attribute = target.partition(":")
+    attribute = attribute or "app"
+    if not module_name or module_name.startswith("."):
+        raise CliError(f"{target!r} is not MODULE:APP (for example myproject.jobs:app)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise CliError(
+                f"cannot import module {module_name!r}: no module named {missing!r} "
+                "(searched the current folder and sys.path)"
+            ) from None
+        raise  # the module exists but one of its own imports fails: show where
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise CliError(f"module {module_name!r} has no attribute {attribute!r}")
+        found = getattr(found, part)
+    if not isinstance(found, App):
+        raise CliError(f"{module_name}:{attribute} is a {type(found).__name__}, not a ferryq.App")
+    return found
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )  # fmt: skip
+
+
+# -- migrate -------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def migrate(ctx: click.Context, as_json: bool) -> None:
+    """Apply pending schema migrations."""
+    app = get_app(ctx)
+    applied, version = app.portal_call(_migrate(app))
+    if as_json:
+        emit_json({"url": app.url, "applied": applied, "schema_version": version})
+        return
+    if applied:
+        out.print(f"applied migration(s): {', '.join(str(v) for v in applied)}")
+    out.print(f"schema version {version}: up to date ({app.url})")
+
+
+async def _migrate(app: App) -> tuple[list[int], int]:
+    store: Store = await app.store()  # opening applies what is pending
+    applied = await store.migrate()
+    return applied, await store.schema_version()
+
+
+# -- enqueue -------------------------------------------------------------------
+
+_OPTION_NAMES = ("queue", "lane", "delay", "priority", "ttl", "ttr", "max_tries", "retry",
+                 "unique_key", "unique_for")  # fmt: skip
+_OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
+
+
+@cli.command()
+@click.argument("task")
+@click.argument("args_json", metavar="ARGS_JSON", default="[]")
+@click.option("--queue", help="Queue [default: default].")
+@click.option("--lane", help="Ordered lane key.")
+@click.option("--delay", type=float, help="Seconds before the job is due.")
+@click.option("--priority", type=float, help="Head start in seconds (may be negative).")
+@click.option("--ttl", type=float, help="Seconds the job has to finish from now.")
+@click.option("--ttr", type=float, help="Lease seconds per attempt [default: 60].")
+@click.option("--max-tries", type=int, help="Attempts before the job is dead [default: 3].")
+@click.option("--retry", type=float, metavar="N",
+              help="Backoff: N>0 exponential capped at N s, N<0 fixed |N| s.")  # fmt: skip
+@click.option("--unique-key", help="Deduplicate: return the unfinished job with this key.")
+@click.option("--unique-for", type=float, help="Deduplication window in seconds.")
+@click.option("--app", "target", metavar="MODULE:APP",
+              help="Start from the defaults of TASK as registered in this App.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def enqueue(
+    ctx: click.Context, /, task: str, args_json: str, retry: float | None, target: str | None,
+    as_json: bool, **options: Any,
+) -> None:  # fmt: skip
+    """Enqueue TASK with ARGS_JSON: a JSON array (positional) or object (keywords).
+
+    Options not given take the defaults of ferryq (or, with --app, of the task).
+    """
+    args = parse_args_json(args_json)
+    app = get_app(ctx, target)
+    if target is not None and task not in app.tasks:
+        raise CliError(f"{target} has no task named {task!r}")
+    try:
+        if retry is not None:
+            options["retry"] = backoff.from_signed(retry)
+        handle = app.enqueue(task, args, **options)
+    except ValueError as exc:
+        raise CliError(_OPTION_RE.sub(lambda m: "--" + m[1].replace("_", "-"), str(exc))) from None
+    if as_json:
+        emit_json({"id": handle.id, "created": handle.created})
+    elif handle.created:
+        out.print(f"enqueued job {handle.id}")
+    else:
+        out.print(f"job {handle.id} already exists with unique key "
+                  f"{options['unique_key']!r}: nothing new enqueued")  # fmt: skip
+
+
+def parse_args_json(raw: str) -> list[Any] | dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"ARGS_JSON is not valid JSON: {exc}") from None
+    if not isinstance(value, list | dict):
+        raise CliError(
+            "ARGS_JSON must be a JSON array (positional arguments) or a JSON object "
+            f"(keyword arguments), not {type(value).__name__} {raw.strip()[:40]}"
+        )
+    return value
+
+
+# -- jobs ----------------------------------------------------------------------
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@cli.group()
+def jobs() -> None:
+    """List, inspect, cancel and retry jobs."""
+
+
+@jobs.command("ls")
+@click.option("--state", type=click.Choice([s.value for s in State]))
+@click.option("--queue")
+@click.option("--task")
+@click.option("--lane")
+@click.option("--text", help="Substring of the job's arguments.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--after", type=int, metavar="ID", help="Page on: jobs older than ID.")
+@json_option
+@click.pass_context
+def jobs_ls(
+    ctx: click.Context, /, state: str | None, after: int | None, limit: int, as_json: bool,
+    **filters: str | None,
+) -> None:  # fmt: skip
+    """List jobs, newest first."""
+    found = get_app(ctx).list_jobs(
+        state=State(state) if state else None, after_id=after, limit=limit, **filters
+    )
+    print_jobs(found, limit, as_json)
+
+
+def print_jobs(found: Sequence[Job], limit: int, as_json: bool) -> None:
+    now = time.time()
+    if as_json:
+        emit_json([job.to_dict() for job in found])
+    elif not found:
+        out.print("no jobs", style="dim")
+    else:
+        show(_render.jobs_table(found, now))
+        if len(found) == limit:
+            out.print(f"more: add --after {found[-1].id}", style="dim")
+
+
+@jobs.command("show")
+@click.argument("job_id", metavar="ID", type=int)
+@json_option
+@click.pass_context
+def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Everything about one job: args, result, errors, stages, times."""
+    job = get_app(ctx).get_job(job_id)
+    if as_json:
+        emit_json(job.to_dict())
+    else:
+        show(_render.job_page(job))
+
+
+@jobs.command("explain")
+@click.argument("job_id", metavar="ID", type=int)
+@json_option
+@click.pass_context
+def jobs_explain(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Why a job is (not) running."""
+    explanation = get_app(ctx).explain(job_id)
+    if as_json:
+        emit_json(explanation.to_dict())
+    else:
+        show(_render.explanation_text(explanation))
+
+
+@jobs.command("cancel")
+@click.argument("job_id", metavar="ID", type=int)
+@json_option
+@click.pass_context
+def jobs_cancel(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Cancel a job: at once if it is not running, else ask its worker to stop it."""
+    job = get_app(ctx).cancel(job_id)
+    if as_json:
+        emit_json(job.to_dict())
+    elif job.state == State.CANCELLED:
+        out.print(f"job {job.id} cancelled")
+    else:
+        out.print(f"job {job.id} is running on {job.worker}: cancel requested")
+
+
+@jobs.command("retry")
+@click.argument("job_ids", metavar="ID...", type=int, nargs=-1, required=True)
+@click.pass_context
+def jobs_retry(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
+    """Queue dead, cancelled or expired jobs again with a fresh try count."""
+    app = get_app(ctx)
+    retriable = {State.DEAD, State.CANCELLED, State.EXPIRED}
+    check_states(app, job_ids, retriable, "retried (only dead, cancelled or expired jobs)")
+    report("respawned", app.respawn(list(job_ids)))
+
+
+# -- dead letters --------------------------------------------------------------
+
+
+@cli.group()
+def dead() -> None:
+    """The dead letters: jobs that ran out of tries or failed for good."""
+
+
+@dead.command("ls")
+@click.option("--queue")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--after", type=int, metavar="ID", help="Page on: jobs older than ID.")
+@json_option
+@click.pass_context
+def dead_ls(
+    ctx: click.Context, queue: str | None, limit: int, after: int | None, as_json: bool
+) -> None:
+    """List dead jobs, newest first."""
+    found = get_app(ctx).list_jobs(state=State.DEAD, queue=queue, limit=limit, after_id=after)
+    print_jobs(found, limit, as_json)
+
+
+all_option = click.option("--all", "every", is_flag=True, help="Every dead job (of --queue).")
+queue_option = click.option("--queue", help="With --all: only this queue.")
+
+
+@dead.command("respawn")
+@click.argument("job_ids", metavar="ID...", type=int, nargs=-1)
+@all_option
+@queue_option
+@click.pass_context
+def dead_respawn(
+    ctx: click.Context, job_ids: tuple[int, ...], every: bool, queue: str | None
+) -> None:
+    """Queue dead jobs again with a fresh try count."""
+    app = get_app(ctx)
+    check_selection(job_ids, every, queue)
+    if every:
+        moved = for_every_dead(app, queue, "respawning", lambda ids: len(app.respawn(ids)))
+        out.print(f"respawned {moved} dead job(s)")
+        return
+    check_states(app, job_ids, {State.DEAD}, "respawned here (not dead)")
+    report("respawned", app.respawn(list(job_ids)))
+
+
+@dead.command("purge")
+@click.argument("job_ids", metavar="ID...", type=int, nargs=-1)
+@all_option
+@queue_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def dead_purge(
+    ctx: click.Context, job_ids: tuple[int, ...], every: bool, queue: str | None, yes: bool
+) -> None:
+    """Delete dead jobs for good."""
+    app = get_app(ctx)
+    check_selection(job_ids, every, queue)
+    if not every:
+        check_states(app, job_ids, {State.DEAD}, "purged (not dead)")
+    count = dead_count(app, queue) if every else len(job_ids)
+    if count == 0:
+        out.print("no dead jobs", style="dim")
+        return
+    if not yes:
+        click.confirm(f"Delete {count} dead job(s) for good?", abort=True, err=True)
+    purged = for_every_dead(app, queue, "purging", app.purge) if every else app.purge(list(job_ids))
+    out.print(f"purged {purged} dead job(s)")
+
+
+def check_selection(job_ids: Sequence[int], every: bool, queue: str | None) -> None:
+    if every and job_ids:
+        raise click.UsageError("give job ids or --all, not both")
+    if not every and not job_ids:
+        raise click.UsageError("give one or more job ids, or --all")
+    if queue is not None and not every:
+        raise click.UsageError("--queue goes with --all")
+
+
+def check_states(app: App, job_ids: Sequence[int], allowed: set[State], what: str) -> None:
+    """Fail before changing anything if a job is unknown or in the wrong state."""
+    wrong = [job for job in (app.get_job(i) for i in job_ids) if job.state not in allowed]
+    if wrong:
+        listed = ", ".join(f"job {job.id} is {job.state}" for job in wrong)
+        raise CliError(f"{listed}; cannot be {what}; nothing was changed")
+
+
+def report(verb: str, ids: Sequence[int]) -> None:
+    out.print(f"{verb} {len(ids)} job(s): {' '.join(str(i) for i in ids)}")
+
+
+def dead_count(app: App, queue: str | None) -> int:
+    counts = app.stats().counts
+    return sum(by_state.get(State.DEAD.value, 0) for q, by_state in counts.items()
+               if queue is None or q == queue)  # fmt: skip
+
+
+def dead_pages(app: App, queue: str | None) -> Iterator[list[int]]:
+    """Ids of every dead job, a page at a time, newest first (keyset paging)."""
+    after: int | None = None
+    while page := app.list_jobs(state=State.DEAD, queue=queue, limit=PAGE, after_id=after):
+        yield [job.id for job in page]
+        after = page[-1].id
+
+
+def for_every_dead(
+    app: App, queue: str | None, verb: str, action: Callable[[list[int]], int]
+) -> int:
+    """Apply ``action`` to every dead job, with a progress bar on a terminal."""
+    done = 0
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=not err.is_terminal,
+    )  # fmt: skip
+    with progress:
+        bar = progress.add_task(verb, total=dead_count(app, queue))
+        for ids in dead_pages(app, queue):
+            done += action(ids)
+            progress.advance(bar, len(ids))
+    return done
+
+
+# -- stats and demo ------------------------------------------------------------
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Jobs by queue and state, and the live workers."""
+    app = get_app(ctx)
+    current = app.stats()
+    if as_json:
+        emit_json(current.to_dict())
+    else:
+        show(_render.stats_view(current, app.clock()))
+
+
+@cli.command()
+@click.option("--seconds", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Stop watching after this long.")  # fmt: skip
+@click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True,
+              help="Worker processes to start.")  # fmt: skip
+@click.pass_context
+def demo(ctx: click.Context, seconds: float, workers: int) -> None:
+    """Run a short story of jobs on a fresh SQLite file and watch it live."""
+    from ferryq import demo as demo_module
+
+    ctx.exit(demo_module.run(seconds=seconds, workers=workers))

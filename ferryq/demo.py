@@ -1,0 +1,195 @@
+"""``ferryq demo``: a short story of jobs on a fresh SQLite file, watched live.
+
+Worker processes run :mod:`ferryq.demo_tasks`; this process enqueues the story, shows
+the counts by state until every job is finished (or time runs out), then explains the
+job that died and prints commands to look further. Ctrl-C stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from ferryq import _render
+from ferryq.app import App
+from ferryq.insights import Stats
+from ferryq.job import TERMINAL_STATES
+
+EMAILS = 200
+IMAGES = 40
+REFRESH_SECONDS = 0.25
+STOP_SECONDS = 15.0
+
+console = Console(highlight=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Story:
+    total: int
+    upload_id: int
+    report_id: int
+
+
+class WorkersGone(Exception):
+    """Every worker process exited while the story was still running."""
+
+
+def run(seconds: float = 60.0, workers: int = 2) -> int:
+    """Run the demo; the process exit code."""
+    folder = Path(tempfile.mkdtemp(prefix="ferryq-demo-"))
+    url = f"sqlite:///{folder}/demo.db"
+    os.environ["FERRYQ_URL"] = url  # read by ferryq.demo_tasks, here and in the workers
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)
+    previous_int = signal.getsignal(signal.SIGINT)
+    procs: list[subprocess.Popen[bytes]] = []
+    app: App | None = None
+    try:
+        from ferryq import demo_tasks
+
+        app = demo_tasks.app
+        app.url = url
+        console.print(f"ferryq demo: database {folder / 'demo.db'}, {workers} worker(s)")
+        start_workers(url, workers, folder, procs)
+        story = enqueue_story()
+        started = time.monotonic()
+        current, complete = watch(app, story, started + seconds, procs)
+        summarize(app, story, current, complete, time.monotonic() - started, folder)
+        return 0
+    except WorkersGone:
+        console.print(f"[red]the workers exited early; see {folder}/worker-*.log[/red]")
+        return 1
+    except KeyboardInterrupt:
+        console.print("\ninterrupted: stopping the workers")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave orphans
+        stop_workers(procs)
+        if app is not None:
+            close(app)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def close(app: App) -> None:
+    """Close the app once calls cut short by Ctrl-C have finished in the background."""
+
+    async def settle() -> None:
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_SECONDS)
+
+    app.portal_call(settle())
+    app.close()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def start_workers(url: str, count: int, folder: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Start worker processes, each logging to its own file in ``folder``.
+
+    They get a session of their own, so a Ctrl-C in the terminal reaches only the demo,
+    which then stops them with a single SIGTERM (a second signal would cut them short).
+    """
+    command = [sys.executable, "-m", "ferryq", "--url", url, "worker", "ferryq.demo_tasks:app",
+               "--concurrency", "8"]  # fmt: skip
+    for number in range(1, count + 1):
+        with open(folder / f"worker-{number}.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ))  # fmt: skip
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def enqueue_story() -> Story:
+    from ferryq import demo_tasks as t
+
+    emails = t.send_email.enqueue_many(
+        [{"to": f"user{i}@example.com", "subject": "Your weekly digest"} for i in range(EMAILS)]
+    )
+    images = t.resize_image.enqueue_many([(f"photos/{i:03}.jpg", 640) for i in range(IMAGES)])
+    upload = t.flaky_upload.enqueue("backups/2024-06.tar.gz")
+    report = t.report.options(delay=3).enqueue("weekly")
+    return Story(len(emails) + len(images) + 2, upload.id, report.id)
+
+
+def finished(current: Stats) -> int:
+    return sum(
+        n for by_state in current.counts.values()
+        for state, n in by_state.items() if state in TERMINAL_STATES
+    )  # fmt: skip
+
+
+def watch(
+    app: App, story: Story, deadline: float, procs: list[subprocess.Popen[bytes]]
+) -> tuple[Stats, bool]:
+    """Refresh the counts until every job is finished or ``deadline`` (monotonic) passes."""
+    started = time.monotonic()
+    with Live(console=console, auto_refresh=False) as live:
+        while True:
+            current = app.stats()
+            done = finished(current)
+            live.update(view(current, done, story, time.monotonic() - started), refresh=True)
+            if done >= story.total:
+                return current, True
+            if time.monotonic() >= deadline:
+                return current, False
+            if all(proc.poll() is not None for proc in procs):
+                raise WorkersGone
+            time.sleep(REFRESH_SECONDS)
+
+
+def view(current: Stats, done: int, story: Story, elapsed: float) -> Group:
+    header = Text.assemble(
+        ("ferryq demo", "bold"),
+        f"  {elapsed:5.1f} s  {done}/{story.total} jobs finished  ",
+        (f"{len(current.workers)} live worker(s)", "green" if current.workers else "yellow"),
+    )
+    return Group(header, _render.counts_table(current.counts))
+
+
+def summarize(
+    app: App, story: Story, current: Stats, complete: bool, elapsed: float, folder: Path
+) -> None:
+    if complete:
+        console.print(f"\nall {story.total} jobs finished in {elapsed:.1f} s")
+    else:
+        left = story.total - finished(current)
+        console.print(f"\nstopped after {elapsed:.1f} s with {left} job(s) not finished")
+    console.print(Text("the flaky upload:  ") + Text(app.explain(story.upload_id).message))
+    console.print(Text("the delayed report: ") + Text(app.explain(story.report_id).message))
+    base = f"ferryq --url {shlex.quote(app.url)}"
+    console.print(f"\ndatabase:    {folder / 'demo.db'}")
+    console.print(f"worker logs: {folder}/worker-*.log")
+    console.print("\ntry next:")
+    for command in ("jobs ls", f"jobs show {story.upload_id}",
+                    f"jobs explain {story.upload_id}", "dead ls", "stats"):  # fmt: skip
+        console.print(Text(f"  {base} {command}"))

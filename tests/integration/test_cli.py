@@ -1,0 +1,344 @@
+"""The command line, run as users run it: a subprocess on a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = "tests.integration.cli_tasks:app"
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/t.db"
+
+
+@pytest.fixture
+def ferryq(tmp_path: Path, url: str) -> Run:
+    """``ferryq --url URL ARGS...`` with FERRYQ_URL set to the same database."""
+
+    def run(
+        *args: str, input: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        environ = {**os.environ, "FERRYQ_URL": url, "TMPDIR": str(tmp_path), **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "ferryq", "--url", url, *args],
+            capture_output=True, text=True, input=input, env=environ, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+
+    return run
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(ok(result).stdout)
+
+
+def failed(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """The one-line error message of a command that had to fail with ``code``."""
+    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def enqueue(ferryq: Run, *args: str) -> int:
+    reply = as_json(ferryq("enqueue", *args, "--json"))
+    assert reply["created"] is True
+    return int(reply["id"])
+
+
+def job(ferryq: Run, job_id: int) -> dict[str, Any]:
+    found: dict[str, Any] = as_json(ferryq("jobs", "show", str(job_id), "--json"))
+    return found
+
+
+def ids(jobs: list[dict[str, Any]]) -> list[int]:
+    return [j["id"] for j in jobs]
+
+
+# -- basics --------------------------------------------------------------------
+
+
+def test_help_and_version(ferryq: Run) -> None:
+    assert "jobs" in ok(ferryq("--help")).stdout
+    assert "0.1.0" in ok(ferryq("--version")).stdout
+
+
+def test_migrate_reports_the_schema_version(ferryq: Run) -> None:
+    assert "schema version" in ok(ferryq("migrate")).stdout
+    reply = as_json(ferryq("migrate", "--json"))
+    assert reply["schema_version"] >= 1
+    assert reply["applied"] == []  # already up to date
+
+
+# -- enqueue -------------------------------------------------------------------
+
+
+def test_enqueue_prints_the_job_id(ferryq: Run) -> None:
+    result = ok(ferryq("enqueue", "send", '["a@example.com"]'))
+    assert "enqueued job 1" in result.stdout
+    stored = job(ferryq, 1)
+    assert stored["task"] == "send"
+    assert stored["args"] == ["a@example.com"]
+    assert stored["state"] == "ready"
+
+
+def test_enqueue_keyword_args_and_options(ferryq: Run) -> None:
+    job_id = enqueue(
+        ferryq, "send", '{"to": "b@example.com"}', "--queue", "mail", "--delay", "30",
+        "--priority", "10", "--ttr", "5", "--ttl", "3600", "--max-tries", "4", "--retry", "-2",
+    )  # fmt: skip
+    stored = job(ferryq, job_id)
+    assert stored["args"] == {"to": "b@example.com"}
+    assert stored["queue"] == "mail"
+    assert stored["state"] == "scheduled"
+    assert stored["priority"] == 10
+    assert stored["ttr"] == 5
+    assert stored["max_tries"] == 4
+    assert stored["retry"]["kind"] == "fixed"
+    assert stored["retry"]["seconds"] == [2]
+    assert stored["expires_at"] == pytest.approx(stored["created_at"] + 3600)
+
+
+def test_enqueue_with_a_unique_key_says_it_deduplicated(ferryq: Run) -> None:
+    first = enqueue(ferryq, "send", "[1]", "--unique-key", "k")
+    again = ferryq("enqueue", "send", "[2]", "--unique-key", "k")
+    assert f"job {first} already exists" in ok(again).stdout
+    reply = as_json(ferryq("enqueue", "send", "[3]", "--unique-key", "k", "--json"))
+    assert reply == {"id": first, "created": False}
+    assert len(as_json(ferryq("jobs", "ls", "--json"))) == 1
+
+
+def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
+    job_id = enqueue(ferryq, "always_fails", '["x"]', "--app", TASKS)
+    stored = job(ferryq, job_id)
+    assert stored["max_tries"] == 2
+    assert stored["retry"]["kind"] == "fixed"
+    message = failed(ferryq("enqueue", "nope", "[]", "--app", TASKS), 2)
+    assert "no task named 'nope'" in message
+
+
+@pytest.mark.parametrize(
+    ("args_json", "options", "named"),
+    [
+        ("not json", [], "ARGS_JSON"),
+        ('"a string"', [], "ARGS_JSON"),
+        ("42", [], "ARGS_JSON"),
+        ("[]", ["--ttr", "0"], "--ttr"),
+        ("[]", ["--max-tries", "0"], "--max-tries"),
+        ("[]", ["--priority", "40000000"], "--priority"),
+        ("[]", ["--delay", "-1"], "--delay"),
+        ("[]", ["--ttl", "0"], "--ttl"),
+        ("[]", ["--unique-for", "10"], "--unique-for"),
+        ("[]", ["--queue", "no spaces"], "--queue"),
+        ("[]", ["--lane", "post:1"], "lane"),
+        ("[NaN]", [], "JSON"),
+    ],
+)
+def test_invalid_enqueue_is_refused_and_writes_nothing(
+    ferryq: Run, args_json: str, options: list[str], named: str
+) -> None:
+    message = failed(ferryq("enqueue", "send", args_json, *options), 2)
+    assert named in message
+    assert as_json(ferryq("jobs", "ls", "--json")) == []
+
+
+# -- jobs ----------------------------------------------------------------------
+
+
+def test_jobs_ls_filters_and_pages(ferryq: Run) -> None:
+    first = enqueue(ferryq, "send", '["alice"]', "--queue", "mail")
+    second = enqueue(ferryq, "resize", '["bob.png"]')
+    third = enqueue(ferryq, "send", '["carol"]', "--queue", "mail")
+    assert ids(as_json(ferryq("jobs", "ls", "--json"))) == [third, second, first]
+    assert ids(as_json(ferryq("jobs", "ls", "--queue", "mail", "--json"))) == [third, first]
+    assert ids(as_json(ferryq("jobs", "ls", "--task", "resize", "--json"))) == [second]
+    assert ids(as_json(ferryq("jobs", "ls", "--text", "bob", "--json"))) == [second]
+    assert as_json(ferryq("jobs", "ls", "--state", "dead", "--json")) == []
+    page = ok(ferryq("jobs", "ls", "--limit", "2"))
+    assert f"--after {second}" in page.stdout
+    after = as_json(ferryq("jobs", "ls", "--limit", "2", "--after", str(second), "--json"))
+    assert ids(after) == [first]
+    assert "send" in ok(ferryq("jobs", "ls")).stdout
+
+
+def test_jobs_show_and_explain(ferryq: Run) -> None:
+    job_id = enqueue(ferryq, "send", '{"to": "a"}', "--delay", "600")
+    shown = job(ferryq, job_id)
+    for name in ("id", "state", "task", "queue", "lane", "attempts", "stage", "fence",
+                 "created_at", "started_at", "finished_at", "result", "error"):  # fmt: skip
+        assert name in shown
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert "scheduled" in page
+    assert '"to": "a"' in page
+    explained = as_json(ferryq("jobs", "explain", str(job_id), "--json"))
+    assert explained["job_id"] == job_id
+    assert explained["state"] == "scheduled"
+    assert explained["reason"] == "scheduled"
+    assert "scheduled until" in ok(ferryq("jobs", "explain", str(job_id))).stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "show"],
+        ["jobs", "explain"],
+        ["jobs", "cancel"],
+        ["jobs", "retry"],
+        ["dead", "respawn"],
+        ["dead", "purge", "--yes"],
+    ],
+)
+def test_an_unknown_job_is_not_found(ferryq: Run, command: list[str]) -> None:
+    assert failed(ferryq(*command, "999"), 1) == "Error: no job with id 999"
+
+
+def test_cancel_then_retry(ferryq: Run) -> None:
+    job_id = enqueue(ferryq, "send", "[]")
+    assert f"job {job_id} cancelled" in ok(ferryq("jobs", "cancel", str(job_id))).stdout
+    assert job(ferryq, job_id)["state"] == "cancelled"
+    assert f"respawned 1 job(s): {job_id}" in ok(ferryq("jobs", "retry", str(job_id))).stdout
+    assert job(ferryq, job_id)["state"] == "ready"
+
+
+def test_retry_of_a_job_that_did_not_end_changes_nothing(ferryq: Run) -> None:
+    done = enqueue(ferryq, "send", "[]")
+    ok(ferryq("jobs", "cancel", str(done)))
+    waiting = enqueue(ferryq, "send", "[]")
+    message = failed(ferryq("jobs", "retry", str(done), str(waiting)), 2)
+    assert f"job {waiting} is ready" in message
+    assert job(ferryq, done)["state"] == "cancelled"
+
+
+# -- worker and dead letters ---------------------------------------------------
+
+
+def run_burst(ferryq: Run, **env: str) -> str:
+    return ok(ferryq("worker", TASKS, "--burst", "--concurrency", "4", env=env)).stderr
+
+
+def make_dead(ferryq: Run, count: int) -> list[int]:
+    made = [
+        enqueue(ferryq, "always_fails", f'["reason {i}"]', "--app", TASKS) for i in range(count)
+    ]
+    run_burst(ferryq)
+    return made
+
+
+def test_worker_runs_jobs_and_logs(ferryq: Run, tmp_path: Path) -> None:
+    job_id = enqueue(ferryq, "echo", '[{"n": 1}]')
+    # The module's App reads FERRYQ_URL; --url, given explicitly, wins over it.
+    log = run_burst(ferryq, FERRYQ_URL=f"sqlite:///{tmp_path}/other.db")
+    assert "ferryq.worker" in log
+    assert job(ferryq, job_id)["state"] == "succeeded"
+    assert job(ferryq, job_id)["result"] == {"n": 1}
+
+
+def test_dead_jobs_show_their_errors(ferryq: Run) -> None:
+    [job_id] = make_dead(ferryq, 1)
+    dead = as_json(ferryq("dead", "ls", "--json"))
+    assert ids(dead) == [job_id]
+    stored = job(ferryq, job_id)
+    assert stored["state"] == "dead"
+    assert stored["attempts"] == 2
+    assert stored["error"]["message"] == "reason 0"
+    assert "RuntimeError" in stored["error"]["traceback"]
+    assert len(stored["errors"]) == 2
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert "Traceback" in page
+    assert "reason 0" in ok(ferryq("dead", "ls")).stdout
+    explained = as_json(ferryq("jobs", "explain", str(job_id), "--json"))
+    assert explained["reason"] == "dead"
+
+
+def test_dead_respawn_and_purge_by_id(ferryq: Run) -> None:
+    first, second = make_dead(ferryq, 2)
+    assert "respawned 1 job(s)" in ok(ferryq("dead", "respawn", str(first))).stdout
+    assert job(ferryq, first)["state"] == "ready"
+    assert job(ferryq, first)["attempts"] == 0
+    message = failed(ferryq("dead", "purge", str(first), "--yes"), 2)
+    assert f"job {first} is ready" in message
+    declined = ferryq("dead", "purge", str(second), input="n\n")
+    assert declined.returncode == 1
+    assert job(ferryq, second)["state"] == "dead"
+    assert "purged 1" in ok(ferryq("dead", "purge", str(second), input="y\n")).stdout
+    failed(ferryq("jobs", "show", str(second)), 1)
+
+
+def test_dead_respawn_and_purge_all(ferryq: Run) -> None:
+    made = make_dead(ferryq, 3)
+    ok(ferryq("enqueue", "echo", "[1]"))
+    assert "respawned 3" in ok(ferryq("dead", "respawn", "--all")).stdout
+    assert as_json(ferryq("dead", "ls", "--json")) == []
+    run_burst(ferryq)
+    assert sorted(ids(as_json(ferryq("dead", "ls", "--json")))) == made
+    assert "no dead jobs" in ok(ferryq("dead", "purge", "--all", "--queue", "other")).stdout
+    assert "purged 3" in ok(ferryq("dead", "purge", "--all", "--yes")).stdout
+    assert as_json(ferryq("dead", "ls", "--json")) == []
+    assert "no dead jobs" in ok(ferryq("dead", "purge", "--all")).stdout
+
+
+def test_dead_respawn_needs_ids_or_all(ferryq: Run) -> None:
+    assert ferryq("dead", "respawn").returncode == 2
+    assert ferryq("dead", "respawn", "1", "--all").returncode == 2
+
+
+def test_stats(ferryq: Run) -> None:
+    enqueue(ferryq, "send", "[]", "--queue", "mail")
+    enqueue(ferryq, "send", "[]", "--queue", "mail")
+    enqueue(ferryq, "echo", "[1]")
+    run_burst(ferryq)
+    stats = as_json(ferryq("stats", "--json"))
+    assert stats["queues"]["mail"]["ready"] == 2
+    assert stats["queues"]["default"]["succeeded"] == 1
+    assert stats["workers"] == []  # the burst worker left
+    table = ok(ferryq("stats")).stdout
+    assert "mail" in table
+    assert "no live workers" in table
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("no_such_module:app", "cannot import module 'no_such_module'"),
+        ("tests.integration.nothing_here:app", "cannot import module"),
+        ("tests.integration.cli_tasks:nope", "has no attribute 'nope'"),
+        ("tests.integration.cli_tasks:echo", "not a ferryq.App"),
+        ("json", "has no attribute 'app'"),
+        (":app", "is not MODULE:APP"),
+    ],
+)
+def test_worker_with_a_bad_target_says_why(ferryq: Run, target: str, expected: str) -> None:
+    assert expected in failed(ferryq("worker", target, "--burst"), 2)
+
+
+def test_worker_with_a_bad_queue_name_says_why(ferryq: Run) -> None:
+    assert "queue" in failed(ferryq("worker", TASKS, "--burst", "--queues", "a b"), 2)
+
+
+# -- demo ----------------------------------------------------------------------
+
+
+def test_demo_runs_the_story_and_prints_a_summary(ferryq: Run) -> None:
+    result = ok(ferryq("demo", "--seconds", "20"))
+    assert "jobs finished" in result.stdout
+    assert "the flaky upload" in result.stdout
+    assert "jobs explain" in result.stdout
+    assert "dead ls" in result.stdout
