@@ -61,9 +61,7 @@ def _attach(workdir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     return db, ticks
 
 
-def _start_consumer(
-    db: pathlib.Path, ticks: pathlib.Path, *args: str
-) -> subprocess.Popen[bytes]:
+def _start_consumer(db: pathlib.Path, ticks: pathlib.Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, _DB_ENV: str(db), _TICKS_ENV: str(ticks)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "huey.bin.huey_consumer", f"{__name__}.huey", "-q", *args]
@@ -81,8 +79,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _wait_ticks(ticks: pathlib.Path, count: int, proc: subprocess.Popen[bytes],
-                interval: float, timeout: float) -> None:
+def _wait_ticks(
+    ticks: pathlib.Path, count: int, proc: subprocess.Popen[bytes], interval: float, timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     while ticks.stat().st_size < count * _LINE:
         if proc.poll() is not None:
@@ -97,7 +96,7 @@ def _read_ticks(ticks: pathlib.Path) -> list[float]:
 
 
 def drain_throughput(
-    n: int, workdir: pathlib.Path, *, workers: int = 2, worker_type: str = "thread"
+    n: int, workdir: pathlib.Path, *, workers: int = 1, worker_type: str = "thread"
 ) -> float:
     """Jobs/s for one huey consumer draining ``n`` pre-enqueued no-op tasks.
 
@@ -110,13 +109,17 @@ def drain_throughput(
     ``executemany`` in a single transaction; a plain ``tick()`` call would commit
     (and fsync) once per task. Both write the same rows.
 
-    Worker setting: PLACEHOLDER
+    Worker setting: ``-k thread -w 1`` (huey's default) was the fastest here. On
+    this 2-core machine (20k tasks, jobs/s): thread x1 3300-3500, x2/x3 2300-2700;
+    greenlet x1/x8 3400-3600 (SQLite blocks and is not monkey-patched, so that is
+    one worker in effect); process x2-x6 3250-3450 (several OS processes, so not a
+    single-process setting). Extra threads share one SQLite connection and its lock,
+    so they only add contention.
     """
     db, ticks = _attach(workdir)
-    row = (huey.name, huey.serialize_task(tick.s()), 0)
+    rows = [(huey.name, huey.serialize_task(tick.s()), 0) for _ in range(n)]  # own ids
     with huey.storage.db(commit=True) as cursor:
-        cursor.executemany("insert into task (queue, data, priority) values (?, ?, ?)",
-                           [row] * n)
+        cursor.executemany("insert into task (queue, data, priority) values (?, ?, ?)", rows)
     huey.storage.close()
     proc = _start_consumer(db, ticks, "-w", str(workers), "-k", worker_type)
     try:
@@ -133,14 +136,16 @@ def pickup_latency(samples: int, workdir: pathlib.Path) -> tuple[float, float]:
     The consumer runs with huey's default settings (one thread worker, polling
     ``initial_delay`` ``-d 0.1`` s, multiplied by ``backoff`` ``-b 1.15`` after every
     empty poll, capped at ``max_delay`` ``-m 10`` s, reset to 0.1 s whenever a task is
-    dequeued). So on a quiet queue huey finds a task at the worker's next poll,
-    0-100 ms later and more the longer the queue stayed empty.
+    dequeued). After running a task the worker polls once more, finds nothing and
+    sleeps 0.1 s, so a task enqueued ``g`` ms after the previous one ran (g < 100)
+    waits about ``100 - g`` ms, and up to 115 ms more once ``g`` passes 100 ms (the
+    sleep has grown to 0.115 s): huey's pickup latency is set by its poll timer.
 
-    Warm-up tasks run until the consumer has executed one, so start-up is excluded.
-    Then each sample is enqueued with a plain ``tick()`` call (one committed insert),
-    the enqueue time being taken just before that call; the next one follows
-    25-75 ms (uniform, mean 50 ms) after the previous one has run. The random gap
-    keeps the arrivals from locking into phase with huey's poll timer.
+    One warm-up task runs first, so consumer start-up is excluded. Then each sample
+    is enqueued with a plain ``tick()`` call (one committed insert), its enqueue time
+    taken just before that call, and the next one follows a uniform 0-100 ms gap
+    (mean 50 ms) after the previous one has run. That gap samples huey's whole
+    100 ms poll cycle evenly; a fixed gap would only ever see one point of it.
     """
     db, ticks = _attach(workdir)
     proc = _start_consumer(db, ticks)
@@ -150,12 +155,13 @@ def pickup_latency(samples: int, workdir: pathlib.Path) -> tuple[float, float]:
         _wait_ticks(ticks, 1, proc, interval=0.01, timeout=30)
         enqueued: list[float] = []
         for i in range(samples):
-            time.sleep(rng.uniform(0.025, 0.075))
+            time.sleep(rng.uniform(0.0, 0.1))
             enqueued.append(time.time())
             tick()
             _wait_ticks(ticks, i + 2, proc, interval=0.005, timeout=30)
     finally:
         _stop(proc)
+        huey.storage.close()
     started = _read_ticks(ticks)[1:]
     lat = sorted((s - e) * 1000 for s, e in zip(started, enqueued, strict=True))
     q = statistics.quantiles(lat, n=100, method="inclusive")
