@@ -117,7 +117,7 @@ def ferryq_pickup(samples: int, workdir: pathlib.Path) -> tuple[float, float]:
 
 
 def _median(figures: list[Figures], name: str) -> float:
-    return statistics.median(getattr(f, name) for f in figures)
+    return float(statistics.median(getattr(f, name) for f in figures))
 
 
 def main() -> None:

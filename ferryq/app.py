@@ -10,11 +10,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from ferryq import _json, insights, policy
 from ferryq._portal import Portal
 from ferryq.backoff import Backoff
+from ferryq.context import Context
 from ferryq.errors import (
     ConfigurationError,
     JobCancelled,
@@ -41,6 +42,18 @@ T = TypeVar("T")
 
 DEFAULT_URL = "sqlite:///ferryq.db"
 DEFAULT_TASK_OPTIONS = JobOptions(queue="default", ttr=60.0, max_tries=3, priority=0.0)
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` returns: it registers the function it decorates."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
 _FAILURES: dict[State, type[JobFailed]] = {
     State.DEAD: JobDead,
     State.CANCELLED: JobCancelled,
@@ -79,6 +92,9 @@ class App:
     # -- tasks -------------------------------------------------------------------
 
     @overload
+    def task(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
@@ -94,19 +110,23 @@ class App:
         ttr: float | None = None,
         ttl: float | None = None,
         priority: float | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
-        fn: Callable[P, R] | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
         **options: Any,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_tries=5)``."""
+    ) -> Task[Any, Any] | TaskDecorator:
+        """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_tries=5)``.
 
-        def register(func: Callable[P, R]) -> Task[P, R]:
+        A handler that takes a ``ferryq.Context`` gets it from the worker; put it first
+        so that type checkers see the enqueue signature without it.
+        """
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
             if task_name in self.tasks:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
@@ -126,6 +146,18 @@ class App:
             store = self._store
         await store.open()
         return store
+
+    async def migrate_async(self) -> tuple[list[int], int]:
+        """Apply pending migrations: (versions applied now, schema version)."""
+        store = open_store(self.url)
+        await store.open(migrate=False)
+        try:
+            return await store.migrate(), await store.schema_version()
+        finally:
+            await store.close()
+
+    def migrate(self) -> tuple[list[int], int]:
+        return self.portal_call(self.migrate_async())
 
     def portal_call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` to completion from sync code."""

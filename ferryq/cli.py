@@ -30,7 +30,6 @@ from ferryq.app import DEFAULT_URL, App
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
-from ferryq.store import Store
 
 #: Jobs per page when an operation walks every dead job (``--all``).
 PAGE = 500
@@ -217,19 +216,13 @@ def configure_logging() -> None:
 def migrate(ctx: click.Context, as_json: bool) -> None:
     """Apply pending schema migrations."""
     app = get_app(ctx)
-    applied, version = app.portal_call(_migrate(app))
+    applied, version = app.migrate()
     if as_json:
         emit_json({"url": app.url, "applied": applied, "schema_version": version})
         return
     if applied:
         out.print(f"applied migration(s): {', '.join(str(v) for v in applied)}")
     out.print(f"schema version {version}: up to date ({app.url})")
-
-
-async def _migrate(app: App) -> tuple[list[int], int]:
-    store: Store = await app.store()  # opening applies what is pending
-    applied = await store.migrate()
-    return applied, await store.schema_version()
 
 
 # -- enqueue -------------------------------------------------------------------

@@ -105,12 +105,14 @@ async def _explain_ready(store: Store, job: Job, now: float) -> Explanation:
         if w.namespace == job.namespace and job.queue in w.queues
     ]  # fmt: skip
     if not workers:
+        state = "ready" if job.state == State.READY else f"due since {when(job.run_at)}"
         return _say(job, "no_worker",
-                    f"ready, but no live worker consumes queue {job.queue!r} "
+                    f"{state}, but no live worker consumes queue {job.queue!r} "
                     f"in namespace {job.namespace!r}", queue=job.queue)  # fmt: skip
     names = [w.id for w in workers]
+    state = "ready" if job.state == State.READY else f"due since {when(job.run_at)}"
     return _say(job, "ready",
-                f"ready; waiting for a free slot among {len(workers)} worker(s) on queue "
+                f"{state}; waiting for a free slot among {len(workers)} worker(s) on queue "
                 f"{job.queue!r}", workers=names)  # fmt: skip
 
 

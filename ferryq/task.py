@@ -29,10 +29,32 @@ class Task(Generic[P, R]):
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_param = _context_parameter(fn)
-        self._signature = inspect.signature(fn)
+        signature = inspect.signature(fn)
+        self._context_index = _positional_index(signature, self.context_param)
+        # What callers pass: the handler's parameters without its Context.
+        self._signature = signature.replace(
+            parameters=[p for p in signature.parameters.values() if p.name != self.context_param]
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.fn(*args, **kwargs)
+        """Run the function inline, with no queue (a handler's Context is made up)."""
+        if self.context_param is None:
+            return self.fn(*args, **kwargs)
+        ctx = Context(job_id=0, task=self.name, queue=self.queue, attempt=1, fence=0,
+                      stage=None, context=None)  # fmt: skip
+        call_args, call_kwargs = self.with_context(args, kwargs, ctx)
+        return self.fn(*call_args, **call_kwargs)
+
+    def with_context(
+        self, args: Sequence[Any], kwargs: dict[str, Any], ctx: Context | None
+    ) -> tuple[Sequence[Any], dict[str, Any]]:
+        """The call's arguments with the handler's Context slotted in where it belongs."""
+        if self.context_param is None:
+            return args, kwargs
+        index = self._context_index
+        if index is not None and len(args) >= index:
+            return [*args[:index], ctx, *args[index:]], kwargs
+        return args, {**kwargs, self.context_param: ctx}
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
@@ -106,6 +128,15 @@ class TaskCall(Generic[P, R]):
     def _encode_many(self, calls: Iterable[Sequence[Any] | dict[str, Any]]) -> list[str]:
         encode = self.task.encode_args
         return [encode((), c) if isinstance(c, dict) else encode(c, {}) for c in calls]
+
+
+def _positional_index(signature: inspect.Signature, name: str | None) -> int | None:
+    """Where the Context parameter stands among the positional ones, if it does."""
+    for index, param in enumerate(signature.parameters.values()):
+        if param.name == name:
+            positional = (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+            return index if param.kind in positional else None
+    return None
 
 
 def _context_parameter(fn: Callable[..., Any]) -> str | None:

@@ -40,7 +40,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 huey = SqliteHuey("bench", filename=os.environ.get(_DB_ENV, ":memory:"))
 
 
-@huey.task()
+@huey.task()  # type: ignore[untyped-decorator]  # huey ships no type hints
 def tick() -> None:
     """No-op task: record the time its execution started."""
     line = b"%017.6f\n" % time.time()

@@ -139,8 +139,8 @@ class Store(Protocol):
 
     url: str
 
-    async def open(self) -> None:
-        """Connect and apply pending migrations."""
+    async def open(self, migrate: bool = True) -> None:
+        """Connect and (unless told not to) apply pending migrations."""
 
     async def close(self) -> None: ...
 

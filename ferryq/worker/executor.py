@@ -7,6 +7,7 @@ import enum
 import functools
 import json
 import traceback
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +88,7 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
     if task is None:
         raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
     decoded = [] if job.args == "[]" else json.loads(job.args)
-    args: list[Any] = []
+    args: Sequence[Any] = []
     kwargs: dict[str, Any] = {}
     if isinstance(decoded, dict):
         kwargs = decoded
@@ -96,7 +97,7 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
     else:
         args = [decoded]
     if task.context_param is not None:
-        kwargs[task.context_param] = attempt.ctx
+        args, kwargs = task.with_context(args, kwargs, attempt.ctx)
     if task.is_async:
         return await task.fn(*args, **kwargs)
     call = functools.partial(task.fn, *args, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import ferryq
 
@@ -19,20 +20,20 @@ def _log_line(line: str) -> None:
 
 
 @app.task
-async def record(n: int, ctx: ferryq.Context) -> int:
+async def record(ctx: ferryq.Context, n: int) -> int:
     _log_line(f"{ctx.job_id} {n} {ctx.fence}")
     return n
 
 
 @app.task(ttr=1, max_tries=3, retry=ferryq.backoff.fixed(0))
-def hold(started_fifo: str, go_fifo: str | None, ctx: ferryq.Context) -> str:
+def hold(ctx: ferryq.Context, started_fifo: str, go_fifo: str | None) -> str:
     """First attempt: say so through a FIFO, then block until told to go on (if ever)."""
     if ctx.attempt == 1:
         with open(started_fifo, "w") as fifo:
             fifo.write(f"{os.getpid()}\n")
         if go_fifo is None:
             while True:  # killed here
-                os.pause()
+                signal.pause()
         with open(go_fifo) as fifo:
             fifo.read()
     return f"attempt {ctx.attempt} by {os.getpid()}"

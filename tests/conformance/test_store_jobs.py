@@ -6,7 +6,7 @@ import json
 
 from ferryq.job import State
 from ferryq.store import Store, open_store
-from ferryq.store.base import Finish
+from ferryq.store.base import Finish, FinishKind
 from tests.conformance.jobs import NS, claim_one, insert, new_job, succeed
 from tests.conftest import START
 
@@ -165,7 +165,7 @@ async def test_dead_keeps_every_error(store: Store) -> None:
     job_id = await insert(store, NOW, max_tries=2)
     for attempt in (1, 2):
         job = await claim_one(store, NOW + attempt)
-        kind = "retry" if attempt == 1 else "dead"
+        kind: FinishKind = "retry" if attempt == 1 else "dead"
         error = {"message": f"fail {attempt}"}
         finish = Finish(kind, job_id, job.fence, NOW + attempt, error=error, run_at=NOW + attempt)
         await store.job_finish_many([finish])

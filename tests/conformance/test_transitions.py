@@ -6,12 +6,13 @@ Adding a transition to the table without a scenario here fails the first test.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from ferryq.job import TRANSITIONS, Event, State
 from ferryq.store import Store
-from ferryq.store.base import Finish
+from ferryq.store.base import Finish, FinishKind
 from ferryq.worker.maintenance import Maintenance
 from tests.conformance.jobs import claim_one, insert, succeed
 from tests.conftest import START
@@ -21,15 +22,15 @@ Scenario = Callable[[Store], Awaitable[int]]
 S, E = State, Event
 
 
-async def _running(store: Store, **fields: object) -> int:
-    job_id = await insert(store, NOW, **fields)  # type: ignore[arg-type]
+async def _running(store: Store, **fields: Any) -> int:
+    job_id = await insert(store, NOW, **fields)
     assert (await claim_one(store, NOW)).id == job_id
     return job_id
 
 
-async def _finish(store: Store, kind: str, **fields: object) -> int:
+async def _finish(store: Store, kind: FinishKind, **fields: Any) -> int:
     job_id = await _running(store)
-    finish = Finish(kind, job_id, 1, NOW, NOW, **fields)  # type: ignore[arg-type]
+    finish = Finish(kind, job_id, 1, NOW, NOW, **fields)
     assert (await store.job_finish_many([finish])).accepted == [job_id]
     return job_id
 
@@ -46,8 +47,8 @@ async def _terminal_then_respawn(store: Store, make: Scenario) -> int:
     return job_id
 
 
-async def _expired(store: Store, **fields: object) -> int:
-    job_id = await insert(store, NOW, expires_at=NOW + 1, **fields)  # type: ignore[arg-type]
+async def _expired(store: Store, **fields: Any) -> int:
+    job_id = await insert(store, NOW, expires_at=NOW + 1, **fields)
     assert await store.job_expire(NOW + 2, 10) == [job_id]
     return job_id
 
@@ -59,8 +60,8 @@ async def _cancelled_running(store: Store) -> int:
     return job_id
 
 
-async def _cancelled(store: Store, **fields: object) -> int:
-    job_id = await insert(store, NOW, **fields)  # type: ignore[arg-type]
+async def _cancelled(store: Store, **fields: Any) -> int:
+    job_id = await insert(store, NOW, **fields)
     await store.job_cancel(job_id, NOW)
     return job_id
 

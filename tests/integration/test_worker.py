@@ -64,6 +64,26 @@ async def test_context_carries_the_attempt(app: ferryq.App) -> None:
     assert (await app.get_job_async(handle.id)).state == "succeeded"
 
 
+async def test_context_can_stand_anywhere_in_the_signature(app: ferryq.App) -> None:
+    @app.task
+    async def first(ctx: ferryq.Context, word: str, times: int = 1) -> str:
+        return f"{ctx.attempt}:{word * times}"
+
+    @app.task
+    def last(word: str, ctx: ferryq.Context) -> str:
+        return f"{ctx.fence}:{word}"
+
+    handles = [
+        await first.enqueue_async("a", 2),
+        await first.enqueue_async("b", times=3),
+        await first.enqueue_async(word="c"),
+        await app.enqueue_async(last.name, ["d"]),
+    ]
+    await drain_async(app)
+    assert [await h.result_async(timeout=1) for h in handles] == ["1:aa", "1:bbb", "1:c", "1:d"]
+    assert await first("inline", 2) == "1:inlineinline"
+
+
 async def test_failures_retry_with_backoff_then_die(app: ferryq.App, clock: FrozenClock) -> None:
     @app.task(max_tries=3, retry=ferryq.backoff.exponential(cap=60))
     async def broken() -> None:

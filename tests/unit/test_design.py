@@ -36,7 +36,8 @@ def test_only_the_store_imports_a_database_driver() -> None:
 
 
 def test_states_compare_equal_to_their_names() -> None:
-    assert State.SUCCEEDED == "succeeded"
+    assert str(State.SUCCEEDED) == "succeeded" and State("succeeded") is State.SUCCEEDED
+    assert State.SUCCEEDED == "succeeded"  # type: ignore[comparison-overlap]
     assert {s.value for s in State} == {
         "scheduled", "waiting", "ready", "running", "succeeded", "dead", "cancelled", "expired",
     }  # fmt: skip

@@ -77,14 +77,14 @@ class SQLiteStore(base.Store):
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, migrate: bool = True) -> None:
         with self._open_lock:
             if self._executor is not None:
                 return
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="ferryq-sqlite")
         try:
             # One executor job, so no call queued behind it can see an unmigrated file.
-            await self._call(self._connect)
+            await self._call(self._connect, migrate)
         except (sqlite3.Error, ConfigurationError) as exc:
             await self.close()
             if isinstance(exc, ConfigurationError):
@@ -103,7 +103,7 @@ class SQLiteStore(base.Store):
             self._watch.close()
             self._watch = None
 
-    def _connect(self) -> None:
+    def _connect(self, migrate: bool) -> None:
         parent = Path(self.path).parent
         if not parent.exists():
             raise ConfigurationError(
@@ -115,7 +115,8 @@ class SQLiteStore(base.Store):
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB keeps the hot indexes cached
         self._conn = conn
-        self._write(_migrate)
+        if migrate:
+            self._write(_migrate)
         self._watch = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
