@@ -81,9 +81,9 @@ class App:
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self._store: Store | None = None
+        # One store per event loop: a connection pool belongs to the loop it was made on.
+        self._stores: dict[asyncio.AbstractEventLoop, Store] = {}
         self._store_lock = threading.Lock()
-        self._opened: asyncio.Future[None] | None = None
         self._portal: Portal | None = None
 
     def __repr__(self) -> str:
@@ -139,11 +139,12 @@ class App:
     # -- the store and the portal ------------------------------------------------
 
     async def store(self) -> Store:
-        """The opened store, opened (and migrated) on first use."""
+        """This event loop's store, opened (and migrated) on first use."""
+        loop = asyncio.get_running_loop()
         with self._store_lock:
-            if self._store is None:
-                self._store = open_store(self.url)
-            store = self._store
+            store = self._stores.get(loop)
+            if store is None:
+                store = self._stores[loop] = open_store(self.url)
         await store.open()
         return store
 
@@ -168,19 +169,26 @@ class App:
         return portal.call(coro)
 
     def close(self) -> None:
-        """Close the database connections and the portal thread."""
-        store, self._store = self._store, None
-        if store is not None:
-            if self._portal is not None:
-                self._portal.call(store.close())
+        """Close every connection this App opened, and its portal thread.
+
+        Stores of event loops that are gone are terminated without ceremony; call
+        ``aclose()`` on a loop before it ends to close its store cleanly.
+        """
+        with self._store_lock:
+            stores, self._stores = self._stores, {}
+        portal, self._portal = self._portal, None
+        for loop, store in stores.items():
+            if portal is not None and loop is portal.loop:
+                portal.call(store.close())
             else:
-                asyncio.run(store.close())
-        if self._portal is not None:
-            self._portal.close()
-            self._portal = None
+                store.terminate()
+        if portal is not None:
+            portal.close()
 
     async def aclose(self) -> None:
-        store, self._store = self._store, None
+        """Close the store of the running event loop."""
+        with self._store_lock:
+            store = self._stores.pop(asyncio.get_running_loop(), None)
         if store is not None:
             await store.close()
 

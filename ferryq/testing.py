@@ -29,4 +29,11 @@ def drain(
     app: App, queues: Sequence[str] | None = None, *, concurrency: int = 10, **options: object
 ) -> Worker:
     """The sync twin of :func:`drain_async`, for tests without an event loop."""
-    return asyncio.run(drain_async(app, queues, concurrency=concurrency, **options))
+
+    async def drain_and_close() -> Worker:
+        try:
+            return await drain_async(app, queues, concurrency=concurrency, **options)
+        finally:
+            await app.aclose()
+
+    return asyncio.run(drain_and_close())

@@ -14,7 +14,7 @@ import pytest
 import ferryq
 from ferryq.store import Store, open_store
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0
 
 
@@ -41,7 +41,26 @@ def clock() -> FrozenClock:
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/ferryq.db"
-    raise AssertionError(request.param)
+    return str(request.getfixturevalue("dev_pg_url"))
+
+
+_dev_counter = [0]
+
+
+@pytest.fixture
+def dev_pg_url() -> Iterator[str]:
+    import os
+
+    import psycopg
+
+    admin = os.environ["FERRYQ_TEST_PG_URL"]
+    _dev_counter[0] += 1
+    name = f"ferryq_dev_{os.getpid()}_{_dev_counter[0]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield admin.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture
@@ -53,7 +72,8 @@ async def store(backend_url: str) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def app(backend_url: str, clock: FrozenClock) -> Iterator[ferryq.App]:
+async def app(backend_url: str, clock: FrozenClock) -> AsyncIterator[ferryq.App]:
     application = ferryq.App(backend_url, clock=clock)
     yield application
+    await application.aclose()
     application.close()

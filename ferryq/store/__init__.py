@@ -13,7 +13,13 @@ def open_store(url: str) -> Store:
 
         return SQLiteStore.from_url(url)
     if url.startswith(("postgresql:", "postgres:")):
-        raise ConfigurationError("the PostgreSQL backend is not available in this version")
+        try:
+            from ferryq.store.postgres.store import PostgresStore
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"PostgreSQL needs asyncpg: pip install 'ferryq[postgres]' ({exc})"
+            ) from None
+        return PostgresStore.from_url(url)
     raise ConfigurationError(
         f"unsupported database URL {url!r}: use sqlite:///path/to.db or postgresql://…"
     )

@@ -144,6 +144,9 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    def terminate(self) -> None:
+        """Close at once, from any thread, even when the store's event loop is gone."""
+
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
 

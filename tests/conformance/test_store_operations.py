@@ -178,15 +178,33 @@ async def test_history_prune_removes_old_finished_jobs(store: Store) -> None:
     assert await store.job_get(old) is None and await store.job_get(recent) is not None
 
 
-async def test_leadership_is_exclusive_until_it_expires(store: Store) -> None:
-    assert await store.leader_acquire("m", "a", 5.0, NOW)
-    assert await store.leader_acquire("m", "a", 5.0, NOW + 1)  # renew
-    assert not await store.leader_acquire("m", "b", 5.0, NOW + 2)
-    assert await store.leader_acquire("m", "b", 5.0, NOW + 6.5)
-    await store.leader_release("m", "a")  # not the holder: nothing happens
-    assert not await store.leader_acquire("m", "a", 5.0, NOW + 7)
-    await store.leader_release("m", "b")
-    assert await store.leader_acquire("m", "a", 5.0, NOW + 7)
+async def _two_stores(backend_url: str) -> tuple[Store, Store]:
+    a, b = open_store(backend_url), open_store(backend_url)
+    await a.open()
+    await b.open()
+    return a, b
+
+
+async def test_leadership_is_exclusive(backend_url: str) -> None:
+    a, b = await _two_stores(backend_url)
+    assert await a.leader_acquire("m", "a", 5.0, NOW)
+    assert await a.leader_acquire("m", "a", 5.0, NOW + 1)  # renew
+    assert not await b.leader_acquire("m", "b", 5.0, NOW + 2)
+    await b.leader_release("m", "b")  # not the holder: nothing happens
+    assert not await b.leader_acquire("m", "b", 5.0, NOW + 3)
+    await a.leader_release("m", "a")
+    assert await b.leader_acquire("m", "b", 5.0, NOW + 4)
+    assert not await a.leader_acquire("m", "a", 5.0, NOW + 5)
+    await a.close()
+    await b.close()
+
+
+async def test_leadership_passes_on_when_the_leader_goes_away(backend_url: str) -> None:
+    a, b = await _two_stores(backend_url)
+    assert await a.leader_acquire("m", "a", 5.0, NOW)
+    await a.close()  # the leader's process is gone, without a word
+    assert await b.leader_acquire("m", "b", 5.0, NOW + 6)
+    await b.close()
 
 
 async def test_workers_beat_list_and_prune(store: Store) -> None:

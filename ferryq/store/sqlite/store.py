@@ -34,14 +34,12 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.sqlite import queries
+from ferryq.store.sql import job_from_row, list_query, split_script
+from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
 log = logging.getLogger("ferryq.store.sqlite")
 T = TypeVar("T")
-Q = queries.load("ferryq.store.sqlite")
-MIGRATIONS = queries.migrations("ferryq.store.sqlite")
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
-_JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
 
 
 class SQLiteStore(base.Store):
@@ -102,6 +100,15 @@ class SQLiteStore(base.Store):
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+
+    def terminate(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        for conn in (self._conn, self._watch):
+            if conn is not None:
+                conn.close()
+        self._conn = self._watch = None
 
     def _connect(self, migrate: bool) -> None:
         parent = Path(self.path).parent
@@ -379,7 +386,7 @@ def _migrate(conn: sqlite3.Connection) -> list[int]:
     for version, name, sql in MIGRATIONS:
         if version in done:
             continue
-        for statement in _split_sql(sql):
+        for statement in split_script(sql):
             conn.execute(statement)
         conn.execute(
             "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (?, ?, ?)",
@@ -387,11 +394,6 @@ def _migrate(conn: sqlite3.Connection) -> list[int]:
         )
         applied.append(version)
     return applied
-
-
-def _split_sql(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
@@ -593,43 +595,5 @@ def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
 
 
 def _list(conn: sqlite3.Connection, where: JobFilter) -> list[Job]:
-    clauses: list[str] = []
-    params: dict[str, Any] = {"limit": where.limit}
-    for column in ("namespace", "queue", "task", "lane"):
-        value = getattr(where, column)
-        if value is not None:
-            clauses.append(f"{column} = :{column}")
-            params[column] = value
-    if where.state is not None:
-        clauses.append("state = :state")
-        params["state"] = str(where.state)
-    if where.after_id is not None:
-        clauses.append("id < :after_id")
-        params["after_id"] = where.after_id
-    if where.text:
-        clauses.append("args LIKE :text ESCAPE '\\'")
-        escaped = where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        params["text"] = f"%{escaped}%"
-    condition = " AND ".join(clauses) or "1"
-    columns = ", ".join(queries.JOB_COLUMNS)
-    sql = (
-        f"SELECT * FROM (SELECT {columns} FROM ferryq_jobs WHERE {condition} "
-        f"ORDER BY id DESC LIMIT :limit) UNION ALL "
-        f"SELECT * FROM (SELECT {columns} FROM ferryq_history WHERE {condition} "
-        f"ORDER BY id DESC LIMIT :limit) ORDER BY id DESC LIMIT :limit"
-    )
+    sql, params = list_query(where)
     return [job_from_row(row) for row in conn.execute(sql, params)]
-
-
-def job_from_row(row: Sequence[Any]) -> Job:
-    values = dict(zip(queries.JOB_COLUMNS, row, strict=True))
-    for column in _JSON_COLUMNS:
-        raw = values[column]
-        values[column] = None if raw is None else json.loads(raw)
-    values["state"] = State(values["state"])
-    values["cancel_requested"] = bool(values["cancel_requested"])
-    values["retry"] = values["retry"] or {}
-    values["errors"] = values["errors"] or []
-    values["stages"] = values["stages"] or []
-    values["meta"] = values["meta"] or {}
-    return Job(**values)

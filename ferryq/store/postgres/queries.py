@@ -1,0 +1,70 @@
+"""The PostgreSQL statements, loaded once: column lists filled in, :name → $n."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ferryq.store.sql import (
+    CLAIM_COLUMNS,
+    JOB_COLUMNS,
+    load_migrations,
+    load_statements,
+    select_list,
+)
+
+_ADD_ERROR = (
+    "CASE WHEN j.f_error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(j.f_error) END"
+)
+_FINISH = {
+    "state": "j.f_state", "result": "j.f_result", "error": "j.f_error", "errors": _ADD_ERROR,
+    "started_at": "j.f_started_at", "finished_at": "j.f_finished_at", "lease_until": "NULL",
+}  # fmt: skip
+_TERMINAL = {"state": ":state", "finished_at": ":now", "lease_until": "NULL"}
+_EXPIRED = {"state": "'expired'", "finished_at": ":now", "lease_until": "NULL"}
+_RESPAWN = {
+    "state": "'ready'", "run_at": ":now", "order_time": ":now - j.priority",
+    "expires_at": ":expires_at", "attempts": "0", "result": "NULL", "error": "NULL",
+    "unique_key": "NULL", "claimed_at": "NULL", "started_at": "NULL", "finished_at": "NULL",
+    "lease_until": "NULL", "worker": "NULL", "cancel_requested": "false",
+}  # fmt: skip
+
+_FILL = {
+    "job_columns": ", ".join(JOB_COLUMNS),
+    "claim_columns": ", ".join(f"j.{c}" for c in CLAIM_COLUMNS),
+    "history_finish_columns": select_list(_FINISH),
+    "history_terminal_columns": select_list(_TERMINAL),
+    "history_expired_columns": select_list(_EXPIRED),
+    "respawn_columns": select_list(_RESPAWN),
+}
+
+# A named parameter: a colon not part of a "::" cast, then a name.
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A statement in asyncpg's positional form, with its parameter names in order."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def positional(sql: str) -> Statement:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return Statement(_PARAM.sub(number, sql), tuple(names))
+
+
+Q = {name: positional(sql) for name, sql in load_statements("ferryq.store.postgres", _FILL).items()}
+MIGRATIONS = load_migrations("ferryq.store.postgres")

@@ -1,0 +1,519 @@
+"""The PostgreSQL backend: many workers on many machines, one database.
+
+Claims take rows with ``FOR UPDATE SKIP LOCKED`` through partial indexes; finishes
+and enqueues go in batches through ``unnest``; an enqueue transaction sends one
+NOTIFY that wakes idle workers, and every batch of finishes one that wakes result
+waiters. Leadership is a session advisory lock on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from ferryq.errors import InvalidTransition, JobNotFound, StoreError
+from ferryq.job import Job, State
+from ferryq.store import base
+from ferryq.store.base import (
+    Claimed,
+    Finish,
+    FinishReport,
+    Inserted,
+    JobFilter,
+    Leases,
+    NewJob,
+    WorkerInfo,
+)
+from ferryq.store.postgres import partitions
+from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
+from ferryq.store.sql import job_from_row, list_query, split_script
+
+log = logging.getLogger("ferryq.store.postgres")
+Conn = Any  # asyncpg.Connection or a pooled proxy of one; asyncpg ships no types
+_TO_HISTORY = ("succeeded", "dead", "cancelled")
+JOBS_CHANNEL, DONE_CHANNEL = "ferryq_jobs", "ferryq_done"
+#: A frozen leader's session ends after this long, so its lock passes on.
+LEADER_IDLE_TIMEOUT = "10s"
+
+
+class PostgresStore(base.Store):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.url = url
+        self._min_size, self._max_size = min_size, max_size
+        self._pool: asyncpg.Pool | None = None
+        self._listener: _Listener | None = None
+        self._leader: Conn | None = None
+        self._leading: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        return cls(url.replace("postgres://", "postgresql://", 1))
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password, for messages."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        netloc = f"{parts.username + '@' if parts.username else ''}{host}"
+        netloc += f":{parts.port}" if parts.port else ""
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self, migrate: bool = True) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=self._min_size, max_size=self._max_size
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from None
+        if migrate:
+            await self.migrate()
+            await self.history_ensure_partitions(time.time())
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        if self._leader is not None:
+            with contextlib.suppress(Exception):
+                await self._leader.close()
+            self._leader = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def terminate(self) -> None:
+        listening = self._listener.conn if self._listener is not None else None
+        pool, self._pool = self._pool, None
+        for closable in (self._leader, listening, pool):
+            # Its event loop may be gone already: closing is then best effort.
+            with contextlib.suppress(RuntimeError):
+                if closable is not None:
+                    closable.terminate()
+        self._leader = self._listener = None
+
+    def _acquire(self) -> Any:
+        if self._pool is None:
+            raise StoreError("the store is not open")
+        return self._pool.acquire()
+
+    async def _fetch(self, name: str, **params: Any) -> list[Any]:
+        statement = Q[name]
+        async with self._acquire() as conn:
+            return list(await conn.fetch(statement.sql, *statement.args(params)))
+
+    async def _execute(self, name: str, **params: Any) -> str:
+        statement = Q[name]
+        async with self._acquire() as conn:
+            return str(await conn.execute(statement.sql, *statement.args(params)))
+
+    # -- migrations --------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        async with self._acquire() as conn, conn.transaction():
+            # One migrator at a time, however many processes start together.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7))"
+            )
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS ferryq_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at double precision NOT NULL)"
+            )
+            done = {r[0] for r in await conn.fetch("SELECT version FROM ferryq_migrations")}
+            applied = []
+            for version, name, sql in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in split_script(sql):
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                    version, name, time.time(),
+                )  # fmt: skip
+                applied.append(version)
+            return applied
+
+    async def schema_version(self) -> int:
+        async with self._acquire() as conn:
+            return int(await conn.fetchval("SELECT max(version) FROM ferryq_migrations") or 0)
+
+    # -- hot path ----------------------------------------------------------------
+
+    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+        async with self._acquire() as conn, conn.transaction():
+            return await insert_jobs(conn, jobs)
+
+    async def job_claim(
+        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+    ) -> list[Claimed]:
+        return (await self.job_finish_and_claim((), namespace, queues, limit, worker, now))[1]
+
+    async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
+        async with self._acquire() as conn, conn.transaction():
+            report = await _finish_many(conn, finishes)
+        return report
+
+    async def job_finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        namespace: str,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        now: float,
+    ) -> tuple[FinishReport, list[Claimed]]:
+        if limit > 0 and (listener := await self._listening()) is not None:
+            listener.jobs.clear()  # anything enqueued from here on wakes us
+        async with self._acquire() as conn, conn.transaction():
+            report = await _finish_many(conn, finishes) if finishes else FinishReport([], [])
+            claimed = await _claim(conn, namespace, queues, limit, worker, now) if limit else []
+        return report, claimed
+
+    async def job_leases(
+        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+    ) -> Leases:
+        fences = dict(held)
+        extended: list[int] = []
+        if extend:
+            rows = await self._fetch(
+                "job_lease_extend", ids=list(extend),
+                fences=[fences.get(i, -1) for i in extend], now=now,
+            )  # fmt: skip
+            extended = sorted(r[0] for r in rows)
+        lost = [i for i in extend if i not in set(extended)]
+        flagged = await self._fetch("job_cancel_requested", ids=list(fences))
+        return Leases(extended, lost, sorted(r[0] for r in flagged))
+
+    async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
+        async with self._acquire() as conn:
+            value = await conn.fetchval(Q["job_next_due"].sql)
+        return None if value is None else float(value)
+
+    async def wait_for_change(self, within: float) -> bool:
+        listener = await self._listening()
+        if listener is None:  # no notifications right now: the caller's timeout polls
+            await asyncio.sleep(within)
+            return False
+        return await _wait(listener.jobs, within)
+
+    async def wait_for_finish(self, within: float, poll: float) -> None:
+        listener = await self._listening()
+        if listener is None:
+            await asyncio.sleep(min(poll, within))
+            return
+        await _wait(listener.done, min(within, 1.0))
+        listener.done.clear()
+
+    async def _listening(self) -> _Listener | None:
+        if self._listener is None:
+            self._listener = _Listener(self.url)
+        return self._listener if await self._listener.ready() else None
+
+    # -- reads and operator actions ---------------------------------------------
+
+    async def job_get(self, job_id: int) -> Job | None:
+        async with self._acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            return await _get(conn, job_id)
+
+    async def job_list(self, where: JobFilter) -> list[Job]:
+        sql, params = list_query(where)
+        statement = positional(sql)
+        async with self._acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            rows = await conn.fetch(statement.sql, *statement.args(params))
+        return [job_from_row(row) for row in rows]
+
+    async def job_cancel(self, job_id: int, now: float) -> Job:
+        async with self._acquire() as conn, conn.transaction():
+            await _run(conn, Q["job_lock"], id=job_id)
+            job = await _get(conn, job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.state == State.RUNNING:
+                await _run(conn, Q["job_request_cancel"], id=job_id)
+            elif not job.terminal:
+                await _run(conn, Q["job_move_terminal"], id=job_id, state="cancelled", now=now)
+            elif job.state != State.CANCELLED:
+                raise InvalidTransition(
+                    f"job {job_id} is already {job.state}; it cannot be cancelled"
+                )
+            found = await _get(conn, job_id)
+        assert found is not None
+        return found
+
+    async def job_respawn(
+        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+    ) -> list[int]:
+        rows = await self._fetch("job_respawn", ids=list(job_ids), now=now, expires_at=expires_at)
+        moved = {r[0] for r in rows}
+        return [i for i in job_ids if i in moved]
+
+    async def job_purge(self, job_ids: Sequence[int]) -> int:
+        status = await self._execute("job_purge", ids=list(job_ids))
+        return int(status.split()[-1])
+
+    async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
+        totals: dict[tuple[str, str, str], int] = {}
+        for ns, queue, state, n in await self._fetch("job_counts"):
+            if namespace is None or ns == namespace:
+                totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
+        return totals
+
+    # -- maintenance -------------------------------------------------------------
+
+    async def job_promote_due(self, now: float, limit: int) -> int:
+        status = await self._execute("job_promote_due", now=now, limit=limit)
+        return int(status.split()[-1])
+
+    async def job_expired_leases(self, now: float, limit: int) -> list[Claimed]:
+        rows = await self._fetch("job_expired_leases", now=now, limit=limit)
+        return [Claimed(*row) for row in rows]
+
+    async def job_expire(self, now: float, limit: int) -> list[int]:
+        return sorted(r[0] for r in await self._fetch("job_expire", now=now, limit=limit))
+
+    async def history_ensure_partitions(self, now: float) -> None:
+        async with self._acquire() as conn:
+            await partitions.ensure(conn, now)
+
+    async def history_prune(self, before: float, limit: int) -> int:
+        async with self._acquire() as conn:
+            await partitions.ensure(conn, time.time())
+            return await partitions.prune(conn, before, limit)
+
+    async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        try:
+            if self._leader is None or self._leader.is_closed():
+                self._leader, self._leading = await self._leader_connection(), set()
+            if name in self._leading:
+                await self._leader.execute("SELECT 1")  # keeps the idle timeout away
+                return True
+            if await self._leader.fetchval(Q["leader_try"].sql, name):
+                self._leading.add(name)
+                return True
+            return False
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("leadership check failed (%s); not leading for now", exc)
+            self._leader, self._leading = None, set()
+            return False
+
+    async def _leader_connection(self) -> Conn:
+        conn = await asyncpg.connect(self.url)
+        await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+        return conn
+
+    async def leader_release(self, name: str, holder: str) -> None:
+        if self._leader is not None and name in self._leading:
+            self._leading.discard(name)
+            with contextlib.suppress(Exception):
+                await self._leader.fetchval(Q["leader_unlock"].sql, name)
+
+    # -- workers -----------------------------------------------------------------
+
+    async def worker_beat(self, worker: WorkerInfo) -> None:
+        await self._execute(
+            "worker_beat", id=worker.id, namespace=worker.namespace,
+            queues=json.dumps(worker.queues), host=worker.host, pid=worker.pid,
+            concurrency=worker.concurrency, started_at=worker.started_at,
+            heartbeat_at=worker.heartbeat_at, running=json.dumps(worker.running),
+        )  # fmt: skip
+
+    async def worker_remove(self, worker_id: str) -> None:
+        await self._execute("worker_remove", id=worker_id)
+
+    async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
+        rows = await self._fetch("worker_list", since=alive_since or 0.0)
+        return [
+            WorkerInfo(
+                r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], running=json.loads(r[8])
+            )
+            for r in rows
+        ]
+
+    async def worker_prune(self, dead_before: float) -> int:
+        status = await self._execute("worker_prune", before=dead_before)
+        return int(status.split()[-1])
+
+
+# -- statements on one connection ------------------------------------------------
+
+
+async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
+    return list(await conn.fetch(statement.sql, *statement.args(params)))
+
+
+async def insert_jobs(conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+    """Insert on ``conn`` inside the caller's transaction, with one NOTIFY for all."""
+    if not jobs:
+        return []
+    if not any(job.unique_key for job in jobs):
+        rows = await _run(conn, Q["job_insert_batch"], **_columns(jobs))
+        inserted = [Inserted(i, True) for i in sorted(r[0] for r in rows)]
+    else:
+        inserted = [await _insert_unique(conn, job) for job in jobs]
+    queues = ",".join(sorted({job.queue for job in jobs}))
+    await _run(conn, Q["job_notify"], payload=queues if len(queues) < 4000 else "")
+    return inserted
+
+
+async def _insert_unique(conn: Conn, job: NewJob) -> Inserted:
+    if job.unique_key is None:
+        (row,) = await _run(conn, Q["job_insert_batch"], **_columns([job]))
+        return Inserted(row[0], True)
+    key = {"namespace": job.namespace, "unique_key": job.unique_key}
+    await _run(conn, Q["job_lock_unique"], **key)
+    rows = await _run(conn, Q["job_find_unique_hot"], **key)
+    if not rows and job.unique_for is not None:
+        since = job.created_at - job.unique_for
+        rows = await _run(conn, Q["job_find_unique_recent"], **key, since=since)
+    if rows:
+        return Inserted(rows[0][0], False)
+    (row,) = await _run(conn, Q["job_insert_batch"], **_columns([job]))
+    return Inserted(row[0], True)
+
+
+def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
+    names = Q["job_insert_batch"].names
+    columns: dict[str, list[Any]] = {name: [] for name in names}
+    for job in jobs:
+        for name in names:
+            value = getattr(job, name)
+            columns[name].append(value.value if isinstance(value, State) else value)
+    for name in ("priority", "run_at", "order_time", "expires_at", "ttr", "created_at"):
+        columns[name] = [None if v is None else float(v) for v in columns[name]]
+    return columns
+
+
+async def _claim(
+    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+) -> list[Claimed]:
+    await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+    params = {"namespace": namespace, "limit": limit, "now": now, "worker": worker}
+    if len(queues) == 1:
+        rows = await _run(conn, Q["job_claim_queue"], queue=queues[0], **params)
+    else:
+        rows = await _run(conn, Q["job_claim_queues"], queues=list(queues), **params)
+    return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
+
+
+async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
+    accepted: list[int] = []
+    to_history = [f for f in finishes if f.kind in _TO_HISTORY]
+    if to_history:
+        rows = await _run(
+            conn, Q["job_finish_batch_to_history"],
+            ids=[f.id for f in to_history], fences=[f.fence for f in to_history],
+            states=[f.kind for f in to_history], results=[f.result for f in to_history],
+            errors=[None if f.error is None else json.dumps(f.error) for f in to_history],
+            started=[f.started_at for f in to_history],
+            finished=[f.finished_at for f in to_history],
+        )  # fmt: skip
+        accepted.extend(r[0] for r in rows)
+    for finish in finishes:
+        if finish.kind not in _TO_HISTORY:
+            name, params = _requeue_statement(finish)
+            accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
+    done = set(accepted)
+    stale = [f.id for f in finishes if f.id not in done]
+    if stale:
+        log.warning("rejected %d stale completion(s) (fencing token no longer current): %s",
+                    len(stale), stale[:20])  # fmt: skip
+    if to_history and done:
+        await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
+    return FinishReport([f.id for f in finishes if f.id in done], stale)
+
+
+def _requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
+    common = {"id": finish.id, "fence": finish.fence}
+    if finish.kind == "returned":
+        return "job_return", common
+    run_at = finish.run_at if finish.run_at is not None else finish.finished_at
+    state = State.SCHEDULED if run_at > finish.finished_at else State.READY
+    timing = {
+        "state": state.value, "run_at": run_at,
+        "order_time": finish.order_time if finish.order_time is not None else run_at,
+        "started_at": finish.started_at, "finished_at": finish.finished_at,
+    }  # fmt: skip
+    if finish.kind == "next":
+        record = {
+            "stage": finish.error and finish.error.get("stage"),
+            "outcome": "next",
+            "started_at": finish.started_at,
+            "finished_at": finish.finished_at,
+        }
+        return "job_next_stage", {
+            **common,
+            **timing,
+            "stage": finish.stage,
+            "context": finish.context or "null",
+            "stage_record": json.dumps(record),
+        }
+    error = None if finish.error is None else json.dumps(finish.error)
+    return "job_requeue", {**common, **timing, "error": error}
+
+
+async def _get(conn: Conn, job_id: int) -> Job | None:
+    rows = await _run(conn, Q["job_get_hot"], id=job_id)
+    if not rows:
+        rows = await _run(conn, Q["job_get_history"], id=job_id)
+    return job_from_row(rows[0]) if rows else None
+
+
+async def _wait(event: asyncio.Event, within: float) -> bool:
+    try:
+        async with asyncio.timeout(within):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
+
+
+class _Listener:
+    """A connection that LISTENs, re-established in the background when it drops."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.jobs = asyncio.Event()
+        self.done = asyncio.Event()
+        self.conn: Conn | None = None
+        self._retry_at = 0.0
+
+    async def ready(self) -> bool:
+        if self.conn is not None and not self.conn.is_closed():
+            return True
+        if time.monotonic() < self._retry_at:
+            return False
+        try:
+            conn = await asyncpg.connect(self.url)
+            await conn.add_listener(JOBS_CHANNEL, self._on_jobs)
+            await conn.add_listener(DONE_CHANNEL, self._on_done)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("cannot LISTEN for wake-ups (%s); polling until it can", exc)
+            self._retry_at = time.monotonic() + 1.0
+            return False
+        self.conn = conn
+        self.jobs.set()  # anything may have happened while we were not listening
+        self.done.set()
+        return True
+
+    def _on_jobs(self, *_: object) -> None:
+        self.jobs.set()
+
+    def _on_done(self, *_: object) -> None:
+        self.done.set()
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()

@@ -1,0 +1,108 @@
+"""What both SQL backends share: column lists, the statement and migration loaders,
+the job-list query, and decoding a row into a Job.
+
+Statements live in each backend's ``queries.sql`` under ``-- name: x`` headers, with
+the same names on every backend. ``{job_columns}``-style placeholders are filled in
+once at load time; parameters are named (``:now``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from ferryq.job import Job, State
+from ferryq.store.base import JobFilter
+
+JOB_COLUMNS = (
+    "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
+    "order_time", "expires_at", "ttr", "max_tries", "retry", "unique_key", "stage", "context",
+    "attempts", "fence", "result", "error", "errors", "stages", "meta", "created_at",
+    "claimed_at", "started_at", "finished_at", "lease_until", "worker", "cancel_requested",
+)  # fmt: skip
+
+CLAIM_COLUMNS = (
+    "id", "namespace", "queue", "task", "args", "attempts", "max_tries", "fence", "ttr",
+    "retry", "priority", "run_at", "order_time", "lease_until", "stage", "context",
+    "created_at", "expires_at", "lane",
+)  # fmt: skip
+
+_JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
+
+
+def select_list(overrides: Mapping[str, str], prefix: str = "j.") -> str:
+    """Every job column, copied from ``prefix`` unless ``overrides`` says otherwise."""
+    return ", ".join(overrides.get(c, f"{prefix}{c}") for c in JOB_COLUMNS)
+
+
+def load_statements(package: str, fill: Mapping[str, str]) -> dict[str, str]:
+    """Statements by name from ``queries.sql`` of ``package``, placeholders filled."""
+    text = resources.files(package).joinpath("queries.sql").read_text()
+    statements: dict[str, str] = {}
+    for block in re.split(r"^-- name: ", text, flags=re.M)[1:]:
+        name, _, body = block.partition("\n")
+        sql = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+        statements[name.strip()] = sql.strip().format(**fill)
+    return statements
+
+
+def load_migrations(package: str) -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every file in ``package``/migrations, in order."""
+    found = []
+    for entry in resources.files(package).joinpath("migrations").iterdir():
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if match:
+            found.append((int(match[1]), match[2], entry.read_text()))
+    return sorted(found)
+
+
+def split_script(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def list_query(where: JobFilter) -> tuple[str, dict[str, Any]]:
+    """Newest first across hot and historical jobs, keyset-paged by id."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {"limit": where.limit}
+    for column in ("namespace", "queue", "task", "lane"):
+        value = getattr(where, column)
+        if value is not None:
+            clauses.append(f"{column} = :{column}")
+            params[column] = value
+    if where.state is not None:
+        clauses.append("state = :state")
+        params["state"] = str(where.state)
+    if where.after_id is not None:
+        clauses.append("id < :after_id")
+        params["after_id"] = where.after_id
+    if where.text:
+        clauses.append("args LIKE :text ESCAPE '\\'")
+        escaped = where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        params["text"] = f"%{escaped}%"
+    condition = " AND ".join(clauses) or "TRUE"
+    columns = ", ".join(JOB_COLUMNS)
+    sql = (
+        f"SELECT * FROM (SELECT {columns} FROM ferryq_jobs WHERE {condition} "
+        f"ORDER BY id DESC LIMIT :limit) AS hot UNION ALL "
+        f"SELECT * FROM (SELECT {columns} FROM ferryq_history WHERE {condition} "
+        f"ORDER BY id DESC LIMIT :limit) AS done ORDER BY id DESC LIMIT :limit"
+    )
+    return sql, params
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    values = dict(zip(JOB_COLUMNS, row, strict=True))
+    for column in _JSON_COLUMNS:
+        raw = values[column]
+        values[column] = None if raw is None else json.loads(raw)
+    values["state"] = State(values["state"])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    values["retry"] = values["retry"] or {}
+    values["errors"] = values["errors"] or []
+    values["stages"] = values["stages"] or []
+    values["meta"] = values["meta"] or {}
+    return Job(**values)
