@@ -273,18 +273,19 @@ class App:
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait until the job is terminal; its result, or :class:`JobFailed`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        interval = 0.002
+        store = await self.store()
+        poll = 0.002
         while True:
             job = await self.get_job_async(job_id)
             if job.state == State.SUCCEEDED:
                 return job.result
             if job.terminal:
                 raise _FAILURES[job.state](job.id, job.state, job.error)
-            if deadline is not None and time.monotonic() >= deadline:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
                 raise ResultTimeout(f"job {job_id} is still {job.state} after {timeout} s")
-            pause = interval if deadline is None else min(interval, deadline - time.monotonic())
-            await asyncio.sleep(max(pause, 0.0))
-            interval = min(interval * 1.5, 0.1)
+            await store.wait_for_finish(left, poll)
+            poll = min(poll * 1.5, 0.1)
 
     async def cancel_async(self, job_id: int) -> Job:
         return await (await self.store()).job_cancel(job_id, self.clock())

@@ -182,6 +182,12 @@ class Store(Protocol):
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None: ...
 
+    async def wait_for_finish(self, within: float, poll: float) -> None:
+        """Wait until some job may have finished: a notification, or ``poll`` seconds.
+
+        Never longer than ``within``; backends without notifications just sleep.
+        """
+
     async def wait_for_change(self, within: float) -> bool:
         """Wait until another connection may have written, at most ``within`` seconds."""
 

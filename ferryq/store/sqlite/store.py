@@ -233,6 +233,9 @@ class SQLiteStore(base.Store):
 
         return await self._call(self._read, next_due)
 
+    async def wait_for_finish(self, within: float, poll: float) -> None:
+        await asyncio.sleep(min(poll, within))
+
     async def wait_for_change(self, within: float) -> bool:
         """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk."""
         deadline = time.monotonic() + within
