@@ -213,7 +213,6 @@ class App:
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
             task=task,
-            args="",
             state=State.SCHEDULED if due > now else State.READY,
             run_at=due,
             order_time=policy.order_time(due, priority),
@@ -230,10 +229,9 @@ class App:
             context=_json.dumps(options.context, "context"),
             meta=_json.dumps(options.meta, "meta"),
         )
-        jobs = [_with_args(template, args) for args in encoded_args]
-        if not jobs:
+        if not encoded_args:
             return []
-        inserted = await (await self.store()).job_insert_many(jobs)
+        inserted = await (await self.store()).job_insert_many(template, encoded_args)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def enqueue(self, task: str, args: Any = (), **options: Any) -> JobHandle:
@@ -340,9 +338,3 @@ class App:
             await worker.run()
         finally:
             await self.aclose()
-
-
-def _with_args(template: NewJob, args: str) -> NewJob:
-    job = NewJob(**{name: getattr(template, name) for name in NewJob.__slots__})
-    job.args = args
-    return job

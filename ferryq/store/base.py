@@ -17,12 +17,14 @@ from ferryq.job import Job, State
 
 @dataclass(slots=True)
 class NewJob:
-    """A job to insert. JSON fields are already encoded, so bad input fails early."""
+    """Jobs to insert, all alike but for their args (see ``Store.job_insert_many``).
+
+    JSON fields are already encoded, so bad input fails before anything is written.
+    """
 
     namespace: str
     queue: str
     task: str
-    args: str
     state: State
     run_at: float
     order_time: float
@@ -153,7 +155,8 @@ class Store(Protocol):
     async def schema_version(self) -> int: ...
 
     # jobs: the hot path
-    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]: ...
+    async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        """Insert one job per element of ``args`` (JSON texts), in one transaction."""
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float

@@ -18,7 +18,6 @@ def new_job(now: float, **fields: Any) -> NewJob:
         "namespace": NS,
         "queue": "default",
         "task": "t",
-        "args": "[]",
         "state": State.SCHEDULED if delay > 0 else State.READY,
         "run_at": run_at,
         "order_time": run_at - priority,
@@ -30,8 +29,8 @@ def new_job(now: float, **fields: Any) -> NewJob:
     return NewJob(**values)
 
 
-async def insert(store: Store, now: float, **fields: Any) -> int:
-    (row,) = await store.job_insert_many([new_job(now, **fields)])
+async def insert(store: Store, now: float, args: str = "[]", **fields: Any) -> int:
+    (row,) = await store.job_insert_many(new_job(now, **fields), [args])
     return row.id
 
 

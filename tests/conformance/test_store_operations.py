@@ -24,27 +24,31 @@ async def _finish_dead(store: Store, job_id: int, now: float) -> None:
 
 
 async def test_dedup_returns_the_unfinished_job(store: Store) -> None:
-    first = await store.job_insert_many([new_job(NOW, unique_key="k")])
-    second = await store.job_insert_many([new_job(NOW + 1, unique_key="k")])
+    first = await store.job_insert_many(new_job(NOW, unique_key="k"), ["[]"])
+    second = await store.job_insert_many(new_job(NOW + 1, unique_key="k"), ["[]"])
     assert first[0].created and not second[0].created
     assert second[0].id == first[0].id
-    other_ns = await store.job_insert_many([new_job(NOW, unique_key="k", namespace="b")])
+    other_ns = await store.job_insert_many(new_job(NOW, unique_key="k", namespace="b"), ["[]"])
     assert other_ns[0].created
 
 
 async def test_dedup_without_window_ends_when_the_job_finishes(store: Store) -> None:
-    (first,) = await store.job_insert_many([new_job(NOW, unique_key="k")])
+    (first,) = await store.job_insert_many(new_job(NOW, unique_key="k"), ["[]"])
     await store.job_finish_many([succeed(await claim_one(store, NOW), NOW)])
-    (second,) = await store.job_insert_many([new_job(NOW + 1, unique_key="k")])
+    (second,) = await store.job_insert_many(new_job(NOW + 1, unique_key="k"), ["[]"])
     assert second.created and second.id != first.id
 
 
 async def test_dedup_window_covers_finished_jobs(store: Store) -> None:
-    (first,) = await store.job_insert_many([new_job(NOW, unique_key="k", unique_for=60.0)])
+    (first,) = await store.job_insert_many(new_job(NOW, unique_key="k", unique_for=60.0), ["[]"])
     await store.job_finish_many([succeed(await claim_one(store, NOW), NOW)])
-    (inside,) = await store.job_insert_many([new_job(NOW + 59, unique_key="k", unique_for=60.0)])
+    (inside,) = await store.job_insert_many(
+        new_job(NOW + 59, unique_key="k", unique_for=60.0), ["[]"]
+    )
     assert not inside.created and inside.id == first.id
-    (after,) = await store.job_insert_many([new_job(NOW + 61, unique_key="k", unique_for=60.0)])
+    (after,) = await store.job_insert_many(
+        new_job(NOW + 61, unique_key="k", unique_for=60.0), ["[]"]
+    )
     assert after.created
 
 
@@ -53,7 +57,11 @@ async def test_dedup_is_atomic_under_concurrent_enqueues(backend_url: str) -> No
     for s in stores:
         await s.open()
     results = await asyncio.gather(
-        *(s.job_insert_many([new_job(NOW, unique_key="once")]) for s in stores for _ in range(5))
+        *(
+            s.job_insert_many(new_job(NOW, unique_key="once"), ["[]"])
+            for s in stores
+            for _ in range(5)
+        )
     )
     created = [row for rows in results for row in rows if row.created]
     assert len(created) == 1

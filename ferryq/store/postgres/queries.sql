@@ -2,16 +2,16 @@
 -- Parameters are named (:now) and become $n when loaded (see queries.py).
 
 -- name: job_insert_batch
--- One statement for a whole batch: unnest keeps the input order, so the identity
--- values come back ascending in that order.
+-- One statement for a batch of jobs alike but for their args: unnest keeps the input
+-- order, so the identity values come back ascending in that order.
 INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
     order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
     created_at)
-SELECT * FROM unnest(:namespace::text[], :queue::text[], :task::text[], :args::text[],
-    :state::text[], :lane::text[], :priority::float8[], :run_at::float8[],
-    :order_time::float8[], :expires_at::float8[], :ttr::float8[], :max_tries::int[],
-    :retry::text[], :unique_key::text[], :stage::text[], :context::text[], :meta::jsonb[],
-    :created_at::float8[])
+SELECT :namespace, :queue, :task, a.args, :state, :lane, :priority::float8,
+    :run_at::float8, :order_time::float8, :expires_at::float8, :ttr::float8, :max_tries,
+    :retry, :unique_key, :stage, :context, :meta::jsonb, :created_at::float8
+FROM unnest(:args::text[]) WITH ORDINALITY AS a(args, n)
+ORDER BY a.n
 RETURNING id;
 
 -- name: job_lock_unique
@@ -32,36 +32,36 @@ SELECT pg_notify('ferryq_jobs', :payload);
 
 -- name: job_promote_due
 UPDATE ferryq_jobs SET state = 'ready'
-WHERE id IN (SELECT id FROM ferryq_jobs WHERE state = 'scheduled' AND run_at <= :now
-             ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED);
+WHERE id = ANY(ARRAY(SELECT id FROM ferryq_jobs WHERE state = 'scheduled' AND run_at <= :now
+                     ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED));
 
 -- name: job_claim_queue
 -- SKIP LOCKED: concurrent workers take disjoint rows without waiting on each other.
-WITH picked AS (
+-- = ANY(ARRAY(...)) makes the update a primary-key lookup per picked row; a join
+-- with the picked rows could plan as a scan of the whole table.
+UPDATE ferryq_jobs j
+SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
+    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
+WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
       AND (expires_at IS NULL OR expires_at > :now)
     ORDER BY order_time, id
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED)
-UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
-FROM picked WHERE j.id = picked.id
+    FOR UPDATE SKIP LOCKED))
 RETURNING {claim_columns};
 
 -- name: job_claim_queues
-WITH picked AS (
+UPDATE ferryq_jobs j
+SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
+    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
+WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
       AND (expires_at IS NULL OR expires_at > :now)
     ORDER BY order_time, id
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED)
-UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
-FROM picked WHERE j.id = picked.id
+    FOR UPDATE SKIP LOCKED))
 RETURNING {claim_columns};
 
 -- name: job_next_due
@@ -124,9 +124,9 @@ ORDER BY lease_until LIMIT :limit;
 -- name: job_expire
 WITH moved AS (
     DELETE FROM ferryq_jobs j
-    WHERE j.id IN (SELECT id FROM ferryq_jobs
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ferryq_jobs
                    WHERE expires_at <= :now AND state IN ('scheduled', 'waiting', 'ready')
-                   ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+                   ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED))
     RETURNING j.*
 )
 INSERT INTO ferryq_history ({job_columns})

@@ -150,9 +150,9 @@ class PostgresStore(base.Store):
 
     # -- hot path ----------------------------------------------------------------
 
-    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]:
+    async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         async with self._acquire() as conn, conn.transaction():
-            return await insert_jobs(conn, jobs)
+            return await insert_jobs(conn, job, args)
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -175,10 +175,20 @@ class PostgresStore(base.Store):
     ) -> tuple[FinishReport, list[Claimed]]:
         if limit > 0 and (listener := await self._listening()) is not None:
             listener.jobs.clear()  # anything enqueued from here on wakes us
+        if not limit:
+            return await self.job_finish_many(finishes), []
+        if not finishes:
+            return FinishReport([], []), await self._claim(namespace, queues, limit, worker, now)
+        # Two connections at once: the server finishes one batch while it claims the next.
+        return await asyncio.gather(
+            self.job_finish_many(finishes), self._claim(namespace, queues, limit, worker, now)
+        )
+
+    async def _claim(
+        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+    ) -> list[Claimed]:
         async with self._acquire() as conn, conn.transaction():
-            report = await _finish_many(conn, finishes) if finishes else FinishReport([], [])
-            claimed = await _claim(conn, namespace, queues, limit, worker, now) if limit else []
-        return report, claimed
+            return await _claim(conn, namespace, queues, limit, worker, now)
 
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
@@ -352,46 +362,34 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
     return list(await conn.fetch(statement.sql, *statement.args(params)))
 
 
-async def insert_jobs(conn: Conn, jobs: Sequence[NewJob]) -> list[Inserted]:
+async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
     """Insert on ``conn`` inside the caller's transaction, with one NOTIFY for all."""
-    if not jobs:
+    if not args:
         return []
-    if not any(job.unique_key for job in jobs):
-        rows = await _run(conn, Q["job_insert_batch"], **_columns(jobs))
-        inserted = [Inserted(i, True) for i in sorted(r[0] for r in rows)]
-    else:
-        inserted = [await _insert_unique(conn, job) for job in jobs]
-    queues = ",".join(sorted({job.queue for job in jobs}))
-    await _run(conn, Q["job_notify"], payload=queues if len(queues) < 4000 else "")
-    return inserted
+    total = len(args)
+    if job.unique_key is not None:
+        existing = await _find_duplicate(conn, job)
+        if existing is not None:
+            return [Inserted(existing, False)] * total
+        args = args[:1]  # the first one is created; the others are its duplicates
+    params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
+    params["state"] = job.state.value
+    rows = await _run(conn, Q["job_insert_batch"], args=list(args), **params)
+    await _run(conn, Q["job_notify"], payload=job.queue)
+    ids = sorted(r[0] for r in rows)
+    if job.unique_key is not None:
+        return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
+    return [Inserted(i, True) for i in ids]
 
 
-async def _insert_unique(conn: Conn, job: NewJob) -> Inserted:
-    if job.unique_key is None:
-        (row,) = await _run(conn, Q["job_insert_batch"], **_columns([job]))
-        return Inserted(row[0], True)
+async def _find_duplicate(conn: Conn, job: NewJob) -> int | None:
     key = {"namespace": job.namespace, "unique_key": job.unique_key}
     await _run(conn, Q["job_lock_unique"], **key)
     rows = await _run(conn, Q["job_find_unique_hot"], **key)
     if not rows and job.unique_for is not None:
         since = job.created_at - job.unique_for
         rows = await _run(conn, Q["job_find_unique_recent"], **key, since=since)
-    if rows:
-        return Inserted(rows[0][0], False)
-    (row,) = await _run(conn, Q["job_insert_batch"], **_columns([job]))
-    return Inserted(row[0], True)
-
-
-def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
-    names = Q["job_insert_batch"].names
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    for job in jobs:
-        for name in names:
-            value = getattr(job, name)
-            columns[name].append(value.value if isinstance(value, State) else value)
-    for name in ("priority", "run_at", "order_time", "expires_at", "ttr", "created_at"):
-        columns[name] = [None if v is None else float(v) for v in columns[name]]
-    return columns
+    return int(rows[0][0]) if rows else None
 
 
 async def _claim(

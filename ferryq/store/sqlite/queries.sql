@@ -2,12 +2,16 @@
 -- Parameters are named (:now); job columns are listed in store.py once (JOB_COLUMNS).
 
 -- name: job_insert
+-- One statement for a batch: :args is a JSON array of each job's args as JSON text.
+-- Inside the write lock the AUTOINCREMENT ids come out consecutive, in array order.
 INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
     order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
     created_at)
-VALUES (:namespace, :queue, :task, :args, :state, :lane, :priority, :run_at,
+SELECT :namespace, :queue, :task, a.value, :state, :lane, :priority, :run_at,
     :order_time, :expires_at, :ttr, :max_tries, :retry, :unique_key, :stage, :context, :meta,
-    :created_at);
+    :created_at
+FROM json_each(:args) AS a
+ORDER BY a.key;
 
 -- name: job_find_unique_hot
 SELECT id FROM ferryq_jobs WHERE namespace = :namespace AND unique_key = :unique_key;

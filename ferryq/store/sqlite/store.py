@@ -177,8 +177,8 @@ class SQLiteStore(base.Store):
 
     # -- hot path ----------------------------------------------------------------
 
-    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[Inserted]:
-        return await self._call(self._write, lambda conn: _insert_many(conn, jobs))
+    async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        return await self._call(self._write, lambda conn: _insert_many(conn, job, args))
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -404,32 +404,27 @@ def _schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def _insert_many(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
-    if not any(job.unique_key for job in jobs):
-        # The common case in one executemany: ids are consecutive inside the write lock.
-        conn.executemany(Q["job_insert"], [_insert_params(job) for job in jobs])
-        last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-        return [Inserted(i, True) for i in range(last - len(jobs) + 1, last + 1)]
-    inserted = []
-    for job in jobs:
-        existing = _find_duplicate(conn, job) if job.unique_key else None
+def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    total = len(args)
+    if job.unique_key is not None:
+        existing = _find_duplicate(conn, job)
         if existing is not None:
-            inserted.append(Inserted(existing, False))
-            continue
-        cursor = conn.execute(Q["job_insert"], _insert_params(job))
-        inserted.append(Inserted(int(cursor.lastrowid or 0), True))
-    return inserted
-
-
-def _insert_params(job: NewJob) -> dict[str, Any]:
-    return {
-        "namespace": job.namespace, "queue": job.queue, "task": job.task, "args": job.args,
-        "state": job.state.value, "lane": job.lane, "priority": job.priority,
-        "run_at": job.run_at, "order_time": job.order_time, "expires_at": job.expires_at,
-        "ttr": job.ttr, "max_tries": job.max_tries, "retry": job.retry,
-        "unique_key": job.unique_key, "stage": job.stage, "context": job.context,
-        "meta": job.meta, "created_at": job.created_at,
+            return [Inserted(existing, False)] * total
+        args = args[:1]  # the first one is created; the others are its duplicates
+    params = {
+        "namespace": job.namespace, "queue": job.queue, "task": job.task,
+        "args": json.dumps(list(args)), "state": job.state.value, "lane": job.lane,
+        "priority": job.priority, "run_at": job.run_at, "order_time": job.order_time,
+        "expires_at": job.expires_at, "ttr": job.ttr, "max_tries": job.max_tries,
+        "retry": job.retry, "unique_key": job.unique_key, "stage": job.stage,
+        "context": job.context, "meta": job.meta, "created_at": job.created_at,
     }  # fmt: skip
+    count = conn.execute(Q["job_insert"], params).rowcount
+    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    first = last - count + 1
+    if job.unique_key is not None:
+        return [Inserted(first, True)] + [Inserted(first, False)] * (total - 1)
+    return [Inserted(i, True) for i in range(first, last + 1)]
 
 
 def _find_duplicate(conn: sqlite3.Connection, job: NewJob) -> int | None:
