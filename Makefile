@@ -7,6 +7,7 @@ demo:
 
 test:
 	@scripts/venv.sh test
+	@scripts/ensure-postgres.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy

@@ -1,18 +1,20 @@
 """Shared fixtures: a frozen clock, and a store/app per backend.
 
 Every backend-neutral test takes ``backend_url``; adding a backend means adding a
-parameter here, not rewriting tests.
+parameter here, not rewriting tests. ``pg_cluster`` and ``pg_url`` (tests/pg.py) give
+tests a throwaway PostgreSQL and a fresh database on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import ferryq
 from ferryq.store import Store, open_store
+from tests.pg import pg_cluster, pg_url  # noqa: F401  (fixtures)
 
 BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0
@@ -41,26 +43,7 @@ def clock() -> FrozenClock:
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/ferryq.db"
-    return str(request.getfixturevalue("dev_pg_url"))
-
-
-_dev_counter = [0]
-
-
-@pytest.fixture
-def dev_pg_url() -> Iterator[str]:
-    import os
-
-    import psycopg
-
-    admin = os.environ["FERRYQ_TEST_PG_URL"]
-    _dev_counter[0] += 1
-    name = f"ferryq_dev_{os.getpid()}_{_dev_counter[0]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield admin.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture
