@@ -29,7 +29,7 @@ from ferryq.errors import (
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
-from ferryq.store import Store, open_store
+from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
 from ferryq.store.base import JobFilter, NewJob
 from ferryq.task import Task
 
@@ -195,9 +195,35 @@ class App:
     # -- enqueue -----------------------------------------------------------------
 
     async def enqueue_raw(
-        self, task: str, encoded_args: Sequence[str], options: JobOptions
+        self,
+        task: str,
+        encoded_args: Sequence[str],
+        options: JobOptions,
+        connection: object | None = None,
     ) -> list[JobHandle]:
-        """Insert jobs whose args are already JSON; every option is validated first."""
+        """Insert jobs whose args are already JSON; every option is validated first.
+
+        With ``connection`` (asyncpg, or psycopg 3 async), the jobs are inserted on it,
+        inside the caller's open transaction: they exist only if it commits.
+        """
+        job = self._new_job(task, encoded_args, options)
+        if not encoded_args:
+            return []
+        if connection is not None:
+            inserted = await insert_on_connection_async(connection, job, encoded_args)
+        else:
+            inserted = await (await self.store()).job_insert_many(job, encoded_args)
+        return [JobHandle(self, row.id, row.created) for row in inserted]
+
+    def enqueue_raw_on(
+        self, connection: object, task: str, encoded_args: Sequence[str], options: JobOptions
+    ) -> list[JobHandle]:
+        """The sync twin of ``enqueue_raw`` on a sync psycopg 3 connection."""
+        job = self._new_job(task, encoded_args, options)
+        inserted = insert_on_connection(connection, job, encoded_args) if encoded_args else []
+        return [JobHandle(self, row.id, row.created) for row in inserted]
+
+    def _new_job(self, task: str, encoded_args: Sequence[str], options: JobOptions) -> NewJob:
         if options.lane is not None:
             raise ConfigurationError("lanes are not available in this version of ferryq")
         now = self.clock()
@@ -209,7 +235,7 @@ class App:
                     f"arguments of {task} are {len(args)} bytes; "
                     f"the limit is {self.max_payload_bytes}"
                 )
-        template = NewJob(
+        return NewJob(
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
             task=task,
@@ -229,10 +255,6 @@ class App:
             context=_json.dumps(options.context, "context"),
             meta=_json.dumps(options.meta, "meta"),
         )
-        if not encoded_args:
-            return []
-        inserted = await (await self.store()).job_insert_many(template, encoded_args)
-        return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def enqueue(self, task: str, args: Any = (), **options: Any) -> JobHandle:
         """Enqueue by task name (the task need not be registered here).

@@ -67,6 +67,10 @@ class Task(Generic[P, R]):
         """The same task with per-enqueue options: ``lane``, ``delay``, ``priority``, …"""
         return TaskCall(self, self.defaults.merged(**overrides))
 
+    def using(self, connection: object) -> TaskCall[P, R]:
+        """Enqueue on your own database connection, inside your open transaction."""
+        return TaskCall(self, self.defaults, connection)
+
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         return TaskCall(self, self.defaults).enqueue(*args, **kwargs)
 
@@ -101,29 +105,44 @@ class Task(Generic[P, R]):
 class TaskCall(Generic[P, R]):
     """A task with options bound, ready to enqueue."""
 
-    def __init__(self, task: Task[P, R], options: JobOptions) -> None:
+    def __init__(
+        self, task: Task[P, R], options: JobOptions, connection: object | None = None
+    ) -> None:
         self.task = task
         self.job_options = options
+        self.connection = connection
+
+    def using(self, connection: object) -> TaskCall[P, R]:
+        """Enqueue on your own database connection, inside your open transaction.
+
+        A sync psycopg 3 connection works with ``enqueue``; asyncpg and async psycopg 3
+        connections with ``enqueue_async``. The job exists only if you commit.
+        """
+        return TaskCall(self.task, self.job_options, connection)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        encoded = self.task.encode_args(args, kwargs)
-        app = self.task.app
-        return app.portal_call(app.enqueue_raw(self.task.name, [encoded], self.job_options))[0]
+        return self._enqueue_sync([self.task.encode_args(args, kwargs)])[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        encoded = self.task.encode_args(args, kwargs)
-        return (await self.task.app.enqueue_raw(self.task.name, [encoded], self.job_options))[0]
+        return (await self._enqueue([self.task.encode_args(args, kwargs)]))[0]
 
     def enqueue_many(self, calls: Iterable[Sequence[Any] | dict[str, Any]]) -> list[JobHandle]:
-        encoded = self._encode_many(calls)
-        app = self.task.app
-        return app.portal_call(app.enqueue_raw(self.task.name, encoded, self.job_options))
+        return self._enqueue_sync(self._encode_many(calls))
 
     async def enqueue_many_async(
         self, calls: Iterable[Sequence[Any] | dict[str, Any]]
     ) -> list[JobHandle]:
-        encoded = self._encode_many(calls)
-        return await self.task.app.enqueue_raw(self.task.name, encoded, self.job_options)
+        return await self._enqueue(self._encode_many(calls))
+
+    def _enqueue_sync(self, encoded: list[str]) -> list[JobHandle]:
+        app, name, options = self.task.app, self.task.name, self.job_options
+        if self.connection is not None:
+            return app.enqueue_raw_on(self.connection, name, encoded, options)
+        return app.portal_call(app.enqueue_raw(name, encoded, options))
+
+    async def _enqueue(self, encoded: list[str]) -> list[JobHandle]:
+        app = self.task.app
+        return await app.enqueue_raw(self.task.name, encoded, self.job_options, self.connection)
 
     def _encode_many(self, calls: Iterable[Sequence[Any] | dict[str, Any]]) -> list[str]:
         encode = self.task.encode_args

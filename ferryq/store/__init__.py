@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Sequence
+
 from ferryq.errors import ConfigurationError
-from ferryq.store.base import Store
+from ferryq.store.base import Inserted, NewJob, Store
 
 
 def open_store(url: str) -> Store:
@@ -25,4 +28,29 @@ def open_store(url: str) -> Store:
     )
 
 
-__all__ = ["Store", "open_store"]
+def insert_on_connection(connection: object, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    """Insert on the application's own (sync) connection, in its open transaction."""
+    _require_asyncpg()
+    from ferryq.store.postgres import external
+
+    return external.insert_sync(connection, job, args)
+
+
+async def insert_on_connection_async(
+    connection: object, job: NewJob, args: Sequence[str]
+) -> list[Inserted]:
+    """Insert on the application's own async connection, in its open transaction."""
+    _require_asyncpg()
+    from ferryq.store.postgres import external
+
+    return await external.insert_async(connection, job, args)
+
+
+def _require_asyncpg() -> None:
+    if importlib.util.find_spec("asyncpg") is None:
+        raise ConfigurationError(
+            "enqueue on a connection needs asyncpg: pip install 'ferryq[postgres]'"
+        )
+
+
+__all__ = ["Store", "insert_on_connection", "insert_on_connection_async", "open_store"]

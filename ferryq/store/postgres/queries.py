@@ -50,6 +50,7 @@ class Statement:
 
     sql: str
     names: tuple[str, ...]
+    pyformat: str  # the same statement with %(name)s parameters, for psycopg
 
     def args(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] for name in self.names]
@@ -63,7 +64,8 @@ def positional(sql: str) -> Statement:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
 
-    return Statement(_PARAM.sub(number, sql), tuple(names))
+    pyformat = _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+    return Statement(_PARAM.sub(number, sql), tuple(names), pyformat)
 
 
 Q = {name: positional(sql) for name, sql in load_statements("ferryq.store.postgres", _FILL).items()}

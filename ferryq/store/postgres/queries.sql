@@ -113,8 +113,9 @@ FROM unnest(:ids::bigint[], :fences::bigint[]) AS f(id, fence)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
 RETURNING j.id;
 
--- name: job_cancel_requested
-SELECT id FROM ferryq_jobs WHERE cancel_requested AND id = ANY(:ids::bigint[]);
+-- name: job_held
+SELECT id, fence, cancel_requested FROM ferryq_jobs
+WHERE id = ANY(:ids::bigint[]) AND state = 'running';
 
 -- name: job_expired_leases
 SELECT {claim_columns} FROM ferryq_jobs j

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +34,7 @@ from ferryq.store.base import (
 )
 from ferryq.store.postgres import partitions
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
-from ferryq.store.sql import job_from_row, list_query, split_script
+from ferryq.store.sql import held_leases, job_from_row, list_query, split_script
 
 log = logging.getLogger("ferryq.store.postgres")
 Conn = Any  # asyncpg.Connection or a pooled proxy of one; asyncpg ships no types
@@ -52,6 +52,8 @@ class PostgresStore(base.Store):
         self._listener: _Listener | None = None
         self._leader: Conn | None = None
         self._leading: set[str] = set()
+        self._opening = asyncio.Lock()
+        self._ready = False
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -69,8 +71,14 @@ class PostgresStore(base.Store):
     # -- lifecycle ---------------------------------------------------------------
 
     async def open(self, migrate: bool = True) -> None:
-        if self._pool is not None:
+        if self._ready:
             return
+        async with self._opening:  # callers racing to open share one pool
+            if not self._ready:
+                await self._open(migrate)
+                self._ready = True
+
+    async def _open(self, migrate: bool) -> None:
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=self._min_size, max_size=self._max_size
@@ -78,10 +86,15 @@ class PostgresStore(base.Store):
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from None
         if migrate:
-            await self.migrate()
-            await self.history_ensure_partitions(time.time())
+            try:
+                await self.migrate()
+                await self.history_ensure_partitions(time.time())
+            except BaseException:
+                await self.close()
+                raise
 
     async def close(self) -> None:
+        self._ready = False
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -94,6 +107,7 @@ class PostgresStore(base.Store):
             await pool.close()
 
     def terminate(self) -> None:
+        self._ready = False
         listening = self._listener.conn if self._listener is not None else None
         pool, self._pool = self._pool, None
         for closable in (self._leader, listening, pool):
@@ -201,9 +215,8 @@ class PostgresStore(base.Store):
                 fences=[fences.get(i, -1) for i in extend], now=now,
             )  # fmt: skip
             extended = sorted(r[0] for r in rows)
-        lost = [i for i in extend if i not in set(extended)]
-        flagged = await self._fetch("job_cancel_requested", ids=list(fences))
-        return Leases(extended, lost, sorted(r[0] for r in flagged))
+        rows = await self._fetch("job_held", ids=list(fences))
+        return held_leases(fences, extended, rows)
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
         async with self._acquire() as conn:
@@ -319,7 +332,11 @@ class PostgresStore(base.Store):
 
     async def _leader_connection(self) -> Conn:
         conn = await asyncpg.connect(self.url)
-        await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+        try:
+            await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+        except BaseException:  # cancelled or failed: never leave it open
+            conn.terminate()
+            raise
         return conn
 
     async def leader_release(self, name: str, holder: str) -> None:
@@ -364,32 +381,39 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
 
 async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
     """Insert on ``conn`` inside the caller's transaction, with one NOTIFY for all."""
+
+    async def run(statement: Statement, params: dict[str, Any]) -> list[Any]:
+        return list(await conn.fetch(statement.sql, *statement.args(params)))
+
+    return await insert_with(run, job, args)
+
+
+async def insert_with(
+    run: Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]],
+    job: NewJob,
+    args: Sequence[str],
+) -> list[Inserted]:
+    """The insert, over any driver: ``run`` executes one statement and returns rows."""
     if not args:
         return []
     total = len(args)
     if job.unique_key is not None:
-        existing = await _find_duplicate(conn, job)
-        if existing is not None:
-            return [Inserted(existing, False)] * total
+        key = {"namespace": job.namespace, "unique_key": job.unique_key}
+        await run(Q["job_lock_unique"], key)
+        rows = await run(Q["job_find_unique_hot"], key)
+        if not rows and job.unique_for is not None:
+            rows = await run(Q["job_find_unique_recent"],
+                             {**key, "since": job.created_at - job.unique_for})  # fmt: skip
+        if rows:
+            return [Inserted(int(rows[0][0]), False)] * total
         args = args[:1]  # the first one is created; the others are its duplicates
     params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
-    params["state"] = job.state.value
-    rows = await _run(conn, Q["job_insert_batch"], args=list(args), **params)
-    await _run(conn, Q["job_notify"], payload=job.queue)
-    ids = sorted(r[0] for r in rows)
+    params.update(state=job.state.value, args=list(args))
+    ids = sorted(int(r[0]) for r in await run(Q["job_insert_batch"], params))
+    await run(Q["job_notify"], {"payload": job.queue})
     if job.unique_key is not None:
         return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
     return [Inserted(i, True) for i in ids]
-
-
-async def _find_duplicate(conn: Conn, job: NewJob) -> int | None:
-    key = {"namespace": job.namespace, "unique_key": job.unique_key}
-    await _run(conn, Q["job_lock_unique"], **key)
-    rows = await _run(conn, Q["job_find_unique_hot"], **key)
-    if not rows and job.unique_for is not None:
-        since = job.created_at - job.unique_for
-        rows = await _run(conn, Q["job_find_unique_recent"], **key, since=since)
-    return int(rows[0][0]) if rows else None
 
 
 async def _claim(
@@ -485,21 +509,28 @@ class _Listener:
         self.done = asyncio.Event()
         self.conn: Conn | None = None
         self._retry_at = 0.0
+        self._connecting = asyncio.Lock()
 
     async def ready(self) -> bool:
+        if self.conn is not None and not self.conn.is_closed():
+            return True
+        async with self._connecting:  # one connection, however many callers ask at once
+            return await self._connect()
+
+    async def _connect(self) -> bool:
         if self.conn is not None and not self.conn.is_closed():
             return True
         if time.monotonic() < self._retry_at:
             return False
         try:
             conn = await asyncpg.connect(self.url)
-            await conn.add_listener(JOBS_CHANNEL, self._on_jobs)
-            await conn.add_listener(DONE_CHANNEL, self._on_done)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("cannot LISTEN for wake-ups (%s); polling until it can", exc)
             self._retry_at = time.monotonic() + 1.0
             return False
-        self.conn = conn
+        self.conn = conn  # from here on close() sees it, even if we are cancelled
+        await conn.add_listener(JOBS_CHANNEL, self._on_jobs)
+        await conn.add_listener(DONE_CHANNEL, self._on_done)
         self.jobs.set()  # anything may have happened while we were not listening
         self.done.set()
         return True

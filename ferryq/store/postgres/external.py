@@ -1,0 +1,68 @@
+"""Enqueue on the application's own connection, inside its own transaction.
+
+The job exists only if that transaction commits, and the wake-up NOTIFY is sent at
+that commit. Works with asyncpg connections and psycopg 3 connections, sync or
+async. The insert logic is written once, async; for a sync psycopg connection it is
+driven step by step without an event loop, since it never really waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from ferryq.errors import ConfigurationError
+from ferryq.store.base import Inserted, NewJob
+from ferryq.store.postgres.queries import Statement
+from ferryq.store.postgres.store import insert_with
+
+T = TypeVar("T")
+Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
+
+
+def driver_of(connection: object) -> str:
+    module = type(connection).__module__
+    if module.startswith("asyncpg"):
+        return "asyncpg"
+    if module.startswith("psycopg"):
+        return "psycopg-async" if hasattr(connection, "__aenter__") else "psycopg"
+    raise ConfigurationError(
+        f"cannot enqueue on a {type(connection).__qualname__}: pass an asyncpg connection "
+        "or a psycopg 3 connection"
+    )
+
+
+async def insert_async(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    driver = driver_of(connection)
+    if driver == "psycopg":
+        raise ConfigurationError("a sync psycopg connection needs enqueue(), not enqueue_async()")
+
+    async def asyncpg_run(statement: Statement, params: dict[str, Any]) -> list[Any]:
+        return list(await connection.fetch(statement.sql, *statement.args(params)))
+
+    async def psycopg_run(statement: Statement, params: dict[str, Any]) -> list[Any]:
+        cursor = await connection.execute(statement.pyformat, params)
+        return list(await cursor.fetchall()) if cursor.description else []
+
+    return await insert_with(asyncpg_run if driver == "asyncpg" else psycopg_run, job, args)
+
+
+def insert_sync(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    if driver_of(connection) != "psycopg":
+        raise ConfigurationError("an async connection needs enqueue_async(), not enqueue()")
+
+    async def run(statement: Statement, params: dict[str, Any]) -> list[Any]:
+        cursor = connection.execute(statement.pyformat, params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+    return _drive(insert_with(run, job, args))
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends, without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("the insert suspended on a sync connection")

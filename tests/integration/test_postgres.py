@@ -1,0 +1,161 @@
+"""What only the PostgreSQL backend does: enqueue in the caller's transaction,
+notifications, partitioned history, clear errors for a server that is not there."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import asyncpg
+import psycopg
+import pytest
+
+import ferryq
+from ferryq.store import open_store
+from ferryq.store.postgres import partitions
+from ferryq.testing import drain_async
+
+
+@pytest.fixture
+async def app(pg_url: str) -> AsyncIterator[ferryq.App]:
+    application = ferryq.App(pg_url)
+    yield application
+    await application.aclose()
+    application.close()
+
+
+def _tasks(app: ferryq.App) -> ferryq.Task[[int], Coroutine[Any, Any, int]]:
+    @app.task(name="double")
+    async def double(n: int) -> int:
+        return 2 * n
+
+    return double
+
+
+async def test_enqueue_in_a_psycopg_transaction_commits_with_it(
+    app: ferryq.App, pg_url: str
+) -> None:
+    double = _tasks(app)
+    await app.store()
+    with psycopg.connect(pg_url) as conn:
+        with conn.transaction():
+            kept = double.using(conn).enqueue(21)
+        with conn.transaction() as transaction:
+            gone = double.options(queue="x").using(conn).enqueue(1)
+            raise psycopg.Rollback(transaction)
+    assert (await app.get_job_async(kept.id)).state == "ready"
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(gone.id)
+    await drain_async(app)
+    assert await kept.result_async(timeout=5) == 42
+
+
+async def test_enqueue_in_an_async_psycopg_transaction(app: ferryq.App, pg_url: str) -> None:
+    double = _tasks(app)
+    await app.store()
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        async with conn.transaction():
+            kept = await double.using(conn).enqueue_async(1)
+        try:
+            async with conn.transaction():
+                gone = await double.using(conn).enqueue_async(2)
+                raise RuntimeError("the application fails after enqueueing")
+        except RuntimeError:
+            pass
+    assert (await app.get_job_async(kept.id)).state == "ready"
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(gone.id)
+
+
+async def test_enqueue_in_an_asyncpg_transaction(app: ferryq.App, pg_url: str) -> None:
+    double = _tasks(app)
+    await app.store()
+    conn = await asyncpg.connect(pg_url)
+    try:
+        async with conn.transaction():
+            many = await double.using(conn).enqueue_many_async([(1,), (2,)])
+        transaction = conn.transaction()
+        await transaction.start()
+        gone = await double.using(conn).enqueue_async(3)
+        await transaction.rollback()
+    finally:
+        await conn.close()
+    assert [(await app.get_job_async(h.id)).state for h in many] == ["ready", "ready"]
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(gone.id)
+
+
+async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:
+    double = _tasks(app)
+    with pytest.raises(ferryq.ConfigurationError, match="asyncpg connection or a psycopg"):
+        await double.using(object()).enqueue_async(1)
+    conn = await asyncpg.connect(pg_url)
+    try:
+        with pytest.raises(ferryq.ConfigurationError, match="enqueue_async"):
+            double.using(conn).enqueue(1)
+    finally:
+        await conn.close()
+
+
+async def test_a_notification_wakes_an_idle_worker(app: ferryq.App) -> None:
+    double = _tasks(app)
+    worker = ferryq.Worker(app, handle_signals=False)
+    runner = asyncio.create_task(worker.run())
+    try:
+        # The worker's poll fallback is 1 s; a result well inside that came by NOTIFY.
+        for n in range(5):
+            handle = await double.enqueue_async(n)
+            assert await handle.result_async(timeout=0.5) == 2 * n
+    finally:
+        worker.stop()
+        await runner
+
+
+async def test_history_is_partitioned_by_day_and_pruned_by_partition(pg_url: str) -> None:
+    store = open_store(pg_url)
+    await store.open()
+    day = 20_000  # 2024-10-04
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await partitions.ensure(conn, day * 86400.0)
+        names = {r[0] for r in await conn.fetch(
+            "SELECT relname FROM pg_class WHERE relname LIKE 'ferryq_history_p%'")}  # fmt: skip
+        assert {partitions.name_of(d) for d in range(day - 1, day + 4)} <= names
+        await conn.execute(
+            "INSERT INTO ferryq_history (id, namespace, queue, task, args, state, run_at,"
+            " order_time, ttr, max_tries, created_at, finished_at)"
+            " VALUES (1, 'default', 'q', 't', '[]', 'succeeded', 0, 0, 1, 1, 0, $1)",
+            day * 86400.0 + 10,
+        )
+        assert await store.job_get(1) is not None
+        removed = await partitions.prune(conn, (day + 1) * 86400.0, 1000)
+        assert removed == 1 and await store.job_get(1) is None
+        gone = await conn.fetchval("SELECT to_regclass($1)", partitions.name_of(day))
+        assert gone is None
+    finally:
+        await conn.close()
+        await store.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_server_that_is_down_gives_one_clear_error() -> None:
+    url = f"postgresql://nobody:secret@127.0.0.1:{_free_port()}/nothing"
+    app = ferryq.App(url)
+    with pytest.raises(ferryq.StoreError, match="cannot connect to PostgreSQL at") as caught:
+        await app.get_job_async(1)
+    assert "secret" not in str(caught.value)
+    app.close()
+
+
+async def test_a_missing_database_gives_one_clear_error(pg_url: str) -> None:
+    app = ferryq.App(pg_url.rsplit("/", 1)[0] + "/no_such_database")
+    with pytest.raises(ferryq.StoreError, match='database "no_such_database" does not exist'):
+        await app.get_job_async(1)
+    app.close()
