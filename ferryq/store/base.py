@@ -106,8 +106,8 @@ class FinishReport:
 
 @dataclass(frozen=True, slots=True)
 class Leases:
-    extended: list[int]
-    lost: list[int]
+    extended: list[int]  # renewed now
+    lost: list[int]  # no longer held by this attempt: recovered, or claimed again
     cancel_requested: list[int]
 
 
@@ -181,7 +181,8 @@ class Store(Protocol):
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
     ) -> Leases:
-        """Extend the leases named in ``extend`` and report cancellations among ``held``."""
+        """Renew the leases named in ``extend``; of all ``held`` (id, fence), report the
+        ones lost and the ones whose cancellation was requested."""
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None: ...
 

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.store.base import JobFilter
+from ferryq.store.base import JobFilter, Leases
 
 JOB_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
@@ -92,6 +92,17 @@ def list_query(where: JobFilter) -> tuple[str, dict[str, Any]]:
         f"ORDER BY id DESC LIMIT :limit) AS done ORDER BY id DESC LIMIT :limit"
     )
     return sql, params
+
+
+def held_leases(
+    fences: Mapping[int, int], extended: list[int], rows: Sequence[Sequence[Any]]
+) -> Leases:
+    """Leases from the (id, fence, cancel_requested) rows of the running jobs asked for."""
+    current = {row[0]: (row[1], bool(row[2])) for row in rows}
+    ours = {job_id for job_id, fence in fences.items() if current.get(job_id, (None,))[0] == fence}
+    lost = sorted(set(fences) - ours)
+    cancel = sorted(job_id for job_id in ours if current[job_id][1])
+    return Leases(extended, lost, cancel)
 
 
 def job_from_row(row: Sequence[Any]) -> Job:

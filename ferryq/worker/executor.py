@@ -7,7 +7,7 @@ import enum
 import functools
 import json
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +25,7 @@ class Stop(enum.Enum):
 
     CANCEL = "cancelled by request"
     SHUTDOWN = "worker shutting down"
-    LEASE = "lease ran out (ttr passed)"
+    LEASE = "lease lost (recovered elsewhere, or not renewed in time)"
 
 
 class UnknownTask(Exception):
@@ -58,20 +58,24 @@ class Attempt:
             self.runner.cancel()
 
 
-async def run(attempt: Attempt, threads: Executor | None, now: float, worker: str) -> Finish:
+async def run(
+    attempt: Attempt, threads: Executor | None, clock: Callable[[], float], worker: str
+) -> Finish:
     """Run the handler; every outcome, even a crash of the handler, becomes a Finish."""
     job, started = attempt.job, attempt.started_at
     try:
         value = await _call(attempt, threads)
     except asyncio.CancelledError:
-        return _interrupted(attempt, now, worker)
+        return _interrupted(attempt, clock(), worker)
     except Exception as exc:
+        now = clock()
         if attempt.stop is Stop.CANCEL:
             return Finish("cancelled", job.id, job.fence, now, started)
         if isinstance(exc, Fail):
             return failure(job, exc, now, worker, permanent=True, started_at=started)
         after = exc.after if isinstance(exc, Retry) else None
         return failure(job, exc, now, worker, retry_after=after, started_at=started)
+    now = clock()
     if attempt.stop is Stop.CANCEL:  # cancelled while running: the outcome is dropped
         return Finish("cancelled", job.id, job.fence, now, started)
     if isinstance(value, Next):
@@ -109,7 +113,7 @@ def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:
     if attempt.stop is Stop.CANCEL:
         return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
     if attempt.stop is Stop.LEASE:
-        exc = LeaseExpired(f"the handler ran past its ttr of {job.ttr:g} s")
+        exc = LeaseExpired(f"the worker lost the lease (ttr {job.ttr:g} s) while the handler ran")
         return failure(job, exc, now, worker, started_at=attempt.started_at)
     # Shutdown (or a cancel from outside ferryq): hand the job back without charging it.
     return Finish("returned", job.id, job.fence, now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import secrets
 import signal
@@ -173,7 +174,7 @@ class Worker:
     async def _run_attempt(self, attempt: Attempt) -> None:
         clock = self.app.clock
         try:
-            finish = await executor.run(attempt, self._threads, clock(), self.id)
+            finish = await executor.run(attempt, self._threads, clock, self.id)
         except asyncio.CancelledError:
             # run() handles the cancellation of the handler itself; a cancel that
             # lands after it returned must not lose the job.
@@ -209,8 +210,10 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         while True:
+            # Often enough that no lease runs out between two beats.
+            shortest = min((a.job.ttr for a in self.active.values()), default=math.inf)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.heartbeat_interval):
+                async with asyncio.timeout(min(self.heartbeat_interval, shortest / 3)):
                     await self._beat_now.wait()
             self._beat_now.clear()
             try:
@@ -226,16 +229,20 @@ class Worker:
             self.concurrency, self._started_at, now, running=sorted(self.active),
         )  # fmt: skip
         await self._store.worker_beat(info)
-        # Extend leases on request (ctx.heartbeat) and for jobs waiting for a slot.
+        # Renew every lease past a third of its ttr, and at once on ctx.heartbeat().
         extend = [
             job_id for job_id, a in self.active.items()
-            if a.started_at is None or (a.ctx is not None and a.ctx._take_heartbeat())
+            if a.lease_until - now < a.job.ttr * 2 / 3
+            or (a.ctx is not None and a.ctx._take_heartbeat())
         ]  # fmt: skip
         held = [(i, a.job.fence) for i, a in self.active.items()]
         leases = await self._store.job_leases(held, extend, now)
         for job_id in leases.extended:
             if job_id in self.active:
                 self.active[job_id].lease_until = now + self.active[job_id].job.ttr
+        for job_id in leases.lost:  # recovered or claimed again elsewhere: stop wasting work
+            if (attempt := self.active.get(job_id)) is not None and attempt.runner is not None:
+                attempt.interrupt(Stop.LEASE)
         for job_id in leases.cancel_requested:
             attempt = self.active.get(job_id)
             if attempt is None:
@@ -245,8 +252,8 @@ class Worker:
                 self._settle_queued(attempt, "cancelled")
             else:
                 attempt.interrupt(Stop.CANCEL)
-        for attempt in list(self.active.values()):
-            if attempt.lease_until < now and attempt.started_at is not None:
+        for attempt in list(self.active.values()):  # could not renew in time
+            if attempt.lease_until < now and attempt.runner is not None:
                 attempt.interrupt(Stop.LEASE)
 
     # -- maintenance --------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import ferryq
+from ferryq.store.base import Finish
 from ferryq.testing import drain_async
 from ferryq.worker.maintenance import Maintenance
 from tests.conftest import FrozenClock
@@ -298,29 +299,60 @@ async def test_cancel_a_running_sync_job_sets_ctx_cancelled(app: ferryq.App) -> 
     await canceller
 
 
-async def test_an_async_handler_past_its_ttr_is_stopped(
+async def test_the_worker_renews_the_lease_of_a_long_job(
     app: ferryq.App, clock: FrozenClock
 ) -> None:
-    started, finished = asyncio.Event(), asyncio.Event()
+    started, go_on = asyncio.Event(), asyncio.Event()
 
-    @app.task(ttr=5, max_tries=1)
+    @app.task(ttr=6)
+    async def long() -> str:
+        started.set()
+        await go_on.wait()
+        return "done"
+
+    handle = await long.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=60, handle_signals=False)
+    runner = asyncio.create_task(worker.run())
+    await started.wait()
+    clock.advance(1)
+    await worker._beat()  # a third of the ttr has not passed: the lease stays
+    assert (await app.get_job_async(handle.id)).lease_until == clock.now - 1 + 6
+    clock.advance(4)
+    await worker._beat()  # (the worker beats every ttr/3 s on its own as well)
+    assert (await app.get_job_async(handle.id)).lease_until == clock.now + 6
+    go_on.set()
+    assert await handle.result_async(timeout=10) == "done"
+    worker.stop()
+    await runner
+
+
+async def test_a_lost_lease_stops_the_attempt(app: ferryq.App, clock: FrozenClock) -> None:
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @app.task(ttr=30, max_tries=5, retry=ferryq.backoff.fixed(100))
     async def stuck() -> None:
         started.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
 
     handle = await stuck.enqueue_async()
     worker = ferryq.Worker(app, heartbeat_interval=0.01, handle_signals=False)
-
-    async def expire_lease() -> None:
-        await started.wait()
-        clock.advance(6)
-        with pytest.raises(ferryq.JobDead, match="ttr of 5 s"):
-            await handle.result_async(timeout=10)
-        finished.set()
-
-    watcher = asyncio.create_task(expire_lease())
-    await _run_worker_until(worker, finished)
-    await watcher
+    runner = asyncio.create_task(worker.run())
+    await started.wait()
+    # The worker looked dead to the leader, which recovered the job meanwhile.
+    job = await app.get_job_async(handle.id)
+    store = await app.store()
+    error = {"message": "recovered"}
+    recovered = Finish("retry", job.id, job.fence, clock.now, run_at=clock.now + 100, error=error)
+    assert (await store.job_finish_many([recovered])).accepted == [job.id]
+    await stopped.wait()
+    worker.stop()
+    await runner
+    assert worker.stale_completions == 1
+    assert (await app.get_job_async(handle.id)).error == {"message": "recovered"}
 
 
 async def test_heartbeat_extends_the_lease(app: ferryq.App, clock: FrozenClock) -> None:

@@ -104,11 +104,15 @@ SET state = 'ready', attempts = max(attempts - 1, 0), lease_until = NULL, worker
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_lease_extend
+-- :pairs is [[id, fence], ...]: only the attempt that holds the lease renews it.
 UPDATE ferryq_jobs SET lease_until = :now + ttr
-WHERE id = :id AND fence = :fence AND state = 'running';
+WHERE (id, fence) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
+  AND state = 'running'
+RETURNING id;
 
--- name: job_cancel_requested
-SELECT id FROM ferryq_jobs WHERE cancel_requested = 1;
+-- name: job_held
+SELECT id, fence, cancel_requested FROM ferryq_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running';
 
 -- name: job_expired_leases
 SELECT {claim_columns} FROM ferryq_jobs

@@ -34,7 +34,7 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.sql import job_from_row, list_query, split_script
+from ferryq.store.sql import held_leases, job_from_row, list_query, split_script
 from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
 log = logging.getLogger("ferryq.store.sqlite")
@@ -214,13 +214,12 @@ class SQLiteStore(base.Store):
 
         def leases(conn: sqlite3.Connection) -> Leases:
             extended: list[int] = []
-            lost: list[int] = []
-            for job_id in extend:
-                params = {"id": job_id, "fence": fences.get(job_id, -1), "now": now}
-                changed = conn.execute(Q["job_lease_extend"], params).rowcount
-                (extended if changed else lost).append(job_id)
-            flagged = {row[0] for row in conn.execute(Q["job_cancel_requested"])}
-            return Leases(extended, lost, [i for i in fences if i in flagged])
+            if extend:
+                pairs = json.dumps([[i, fences.get(i, -1)] for i in extend])
+                renewed = conn.execute(Q["job_lease_extend"], {"pairs": pairs, "now": now})
+                extended = sorted(r[0] for r in renewed)
+            rows = conn.execute(Q["job_held"], {"ids": json.dumps(list(fences))}).fetchall()
+            return held_leases(fences, extended, rows)
 
         if extend:
             return await self._call(self._write, leases)
