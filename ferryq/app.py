@@ -230,12 +230,8 @@ class App:
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
         for args in encoded_args:
-            if len(args) > self.max_payload_bytes:
-                raise SerializationError(
-                    f"arguments of {task} are {len(args)} bytes; "
-                    f"the limit is {self.max_payload_bytes}"
-                )
-        return NewJob(
+            self._check_size(f"arguments of {task}", args)
+        job = NewJob(
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
             task=task,
@@ -255,6 +251,15 @@ class App:
             context=_json.dumps(options.context, "context"),
             meta=_json.dumps(options.meta, "meta"),
         )
+        self._check_size("context", job.context)
+        self._check_size("meta", job.meta)
+        return job
+
+    def _check_size(self, what: str, text: str) -> None:
+        # A character is at most 4 bytes in UTF-8: encode only texts that may be too big.
+        limit = self.max_payload_bytes
+        if len(text) * 4 > limit and (size := len(text.encode())) > limit:
+            raise SerializationError(f"{what}: {size} bytes, over the limit of {limit} bytes")
 
     def enqueue(self, task: str, args: Any = (), **options: Any) -> JobHandle:
         """Enqueue by task name (the task need not be registered here).

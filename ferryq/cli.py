@@ -145,6 +145,8 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs claimed beyond free slots.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
+@click.option("--retention-days", type=click.FloatRange(min=0, min_open=True), default=14.0,
+              show_default=True, help="Days finished jobs stay in history.")  # fmt: skip
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -154,14 +156,21 @@ def worker(
     burst: bool,
     prefetch: int | None,
     grace: float,
+    retention_days: float,
 ) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app)."""
     app = configured(load_app(target), settings(ctx))
     configure_logging()
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     options = {"concurrency": concurrency, "queues": names, "burst": burst,
-               "prefetch": prefetch, "grace": grace}  # fmt: skip
+               "prefetch": prefetch, "grace": grace,
+               "history_retention": retention_days * 86400}  # fmt: skip
     asyncio.run(_run_worker(app, options))
+    # A sync handler still running past the grace period cannot be interrupted, and
+    # its thread would hold the process open; its job is already back in the queue.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 async def _run_worker(app: App, options: dict[str, Any]) -> None:

@@ -40,11 +40,13 @@ class Event(enum.StrEnum):
     DUE = "due time reached"
     CLAIM = "claimed by a worker"
     SUCCEED = "handler returned"
-    NEXT_STAGE = "handler returned Next(stage)"
+    NEXT_STAGE = "handler returned Next(stage, delay>0)"
+    NEXT_STAGE_NOW = "handler returned Next(stage)"
     RETRY = "attempt failed, tries left"
     RETRY_NOW = "attempt failed, tries left, no backoff"
     DIE = "attempt failed, no tries left, or Fail"
     LEASE_EXPIRED = "lease expired, tries left"
+    LEASE_EXPIRED_NOW = "lease expired, tries left, no backoff"
     LEASE_EXPIRED_DEAD = "lease expired, no tries left"
     SHUTDOWN_RETURN = "worker shut down before the attempt finished"
     CANCEL = "cancel"
@@ -63,10 +65,12 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.READY, E.CLAIM): S.RUNNING,
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
     (S.RUNNING, E.NEXT_STAGE): S.SCHEDULED,
+    (S.RUNNING, E.NEXT_STAGE_NOW): S.READY,
     (S.RUNNING, E.RETRY): S.SCHEDULED,
     (S.RUNNING, E.RETRY_NOW): S.READY,
     (S.RUNNING, E.DIE): S.DEAD,
     (S.RUNNING, E.LEASE_EXPIRED): S.SCHEDULED,
+    (S.RUNNING, E.LEASE_EXPIRED_NOW): S.READY,
     (S.RUNNING, E.LEASE_EXPIRED_DEAD): S.DEAD,
     (S.RUNNING, E.SHUTDOWN_RETURN): S.READY,
     (S.RUNNING, E.CANCEL): S.CANCELLED,

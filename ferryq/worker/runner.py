@@ -49,6 +49,7 @@ class Worker:
         leader_ttl: float = 5.0,
         name: str | None = None,
         handle_signals: bool = True,
+        history_retention: float = 14 * 86400.0,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer (got {concurrency!r})")
@@ -68,6 +69,9 @@ class Worker:
         self.heartbeat_interval = heartbeat_interval
         self.maintenance_interval = maintenance_interval
         self.leader_ttl = leader_ttl
+        if history_retention <= 0:
+            raise ValueError("history_retention must be a positive number of seconds")
+        self.history_retention = history_retention
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.handle_signals = handle_signals
         self.active: dict[int, Attempt] = {}  # claimed, handler not finished
@@ -271,7 +275,9 @@ class Worker:
         now = self.app.clock()
         if await self._store.leader_acquire(LEADER, self.id, self.leader_ttl, now):
             if self._maintenance is None:
-                self._maintenance = Maintenance(self._store, self.id)
+                self._maintenance = Maintenance(
+                    self._store, self.id, retention=self.history_retention
+                )
             await self._maintenance.tick(now)
 
     # -- signals -----------------------------------------------------------------

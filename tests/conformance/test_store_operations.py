@@ -10,7 +10,7 @@ import pytest
 from ferryq.errors import InvalidTransition, JobNotFound
 from ferryq.job import State
 from ferryq.store import Store, open_store
-from ferryq.store.base import Finish, JobFilter, WorkerInfo
+from ferryq.store.base import Finish, FinishKind, JobFilter, WorkerInfo
 from tests.conformance.jobs import NS, claim_one, insert, new_job, succeed
 from tests.conftest import START
 
@@ -89,6 +89,18 @@ async def test_cancel_a_running_job_flags_it_for_its_worker(store: Store) -> Non
     finish = Finish("cancelled", job_id, job.fence, NOW + 1)
     assert (await store.job_finish_many([finish])).accepted == [job_id]
     assert (await store.job_get(job_id)).state == State.CANCELLED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["retry", "next", "returned"])
+async def test_a_requested_cancel_wins_over_a_retry(store: Store, kind: FinishKind) -> None:
+    job_id = await insert(store, NOW)
+    job = await claim_one(store, NOW)
+    await store.job_cancel(job_id, NOW)
+    finish = Finish(kind, job_id, job.fence, NOW + 1, error={"message": "x"}, run_at=NOW + 1,
+                    stage="b", context="{}")  # fmt: skip
+    assert (await store.job_finish_many([finish])).accepted == [job_id]
+    ended = await store.job_get(job_id)
+    assert ended is not None and ended.state == State.CANCELLED and ended.finished_at == NOW + 1
 
 
 async def test_cancel_refuses_finished_jobs_and_unknown_ids(store: Store) -> None:

@@ -35,8 +35,8 @@ async def _finish(store: Store, kind: FinishKind, **fields: Any) -> int:
     return job_id
 
 
-async def _lease_expired(store: Store, max_tries: int) -> int:
-    job_id = await _running(store, ttr=5.0, max_tries=max_tries)
+async def _lease_expired(store: Store, max_tries: int, retry: str = "{}") -> int:
+    job_id = await _running(store, ttr=5.0, max_tries=max_tries, retry=retry)
     assert await Maintenance(store, "leader").recover_leases(NOW + 6) == 1
     return job_id
 
@@ -91,12 +91,18 @@ SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (S.RUNNING, E.NEXT_STAGE): lambda s: _finish(
         s, "next", stage="b", context="{}", run_at=NOW + 5, order_time=NOW + 5
     ),
+    (S.RUNNING, E.NEXT_STAGE_NOW): lambda s: _finish(
+        s, "next", stage="b", context="{}", run_at=NOW, order_time=NOW
+    ),
     (S.RUNNING, E.RETRY): lambda s: _finish(
         s, "retry", error={"message": "x"}, run_at=NOW + 5, order_time=NOW + 5
     ),
     (S.RUNNING, E.RETRY_NOW): lambda s: _finish(s, "retry", error={"message": "x"}, run_at=NOW),
     (S.RUNNING, E.DIE): _dead,
     (S.RUNNING, E.LEASE_EXPIRED): lambda s: _lease_expired(s, max_tries=3),
+    (S.RUNNING, E.LEASE_EXPIRED_NOW): lambda s: _lease_expired(
+        s, max_tries=3, retry='{"kind": "fixed", "seconds": [0]}'
+    ),
     (S.RUNNING, E.LEASE_EXPIRED_DEAD): lambda s: _lease_expired(s, max_tries=1),
     (S.RUNNING, E.SHUTDOWN_RETURN): lambda s: _finish(s, "returned"),
     (S.RUNNING, E.CANCEL): _cancelled_running,

@@ -83,6 +83,18 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_finish_columns} FROM moved j
 RETURNING id;
 
+-- name: job_cancel_if_requested
+-- An attempt that ends without success on a job whose cancellation was requested
+-- ends the job: it is not retried, queued for its next stage, or handed back.
+WITH moved AS (
+    DELETE FROM ferryq_jobs j
+    WHERE j.id = :id AND j.fence = :fence AND j.state = 'running' AND j.cancel_requested
+    RETURNING j.*
+)
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns} FROM moved j
+RETURNING id;
+
 -- name: job_requeue
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,

@@ -442,9 +442,15 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
         )  # fmt: skip
         accepted.extend(r[0] for r in rows)
     for finish in finishes:
-        if finish.kind not in _TO_HISTORY:
-            name, params = _requeue_statement(finish)
-            accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
+        if finish.kind in _TO_HISTORY:
+            continue
+        cancel = {"id": finish.id, "fence": finish.fence, "state": "cancelled",
+                  "now": finish.finished_at}  # fmt: skip
+        if await _run(conn, Q["job_cancel_if_requested"], **cancel):
+            accepted.append(finish.id)
+            continue
+        name, params = _requeue_statement(finish)
+        accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
     done = set(accepted)
     stale = [f.id for f in finishes if f.id not in done]
     if stale:

@@ -81,6 +81,14 @@ DELETE FROM ferryq_jobs WHERE id IN (SELECT value ->> 0 FROM json_each(:batch));
 -- name: job_delete
 DELETE FROM ferryq_jobs WHERE id = :id;
 
+-- name: job_cancel_if_requested
+-- An attempt that ends without success on a job whose cancellation was requested
+-- ends the job: it is not retried, queued for its next stage, or handed back.
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns}
+FROM ferryq_jobs j
+WHERE j.id = :id AND j.fence = :fence AND j.state = 'running' AND j.cancel_requested = 1;
+
 -- name: job_requeue
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,

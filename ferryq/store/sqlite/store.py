@@ -492,9 +492,16 @@ def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> Finish
             _finish_one_by_one(conn, [_history_params(f) for f in to_history], accepted, stale)
         conn.execute("RELEASE batch")
     for finish in finishes:
-        if finish.kind not in _TO_HISTORY:
-            statement, params = _requeue_statement(finish)
-            (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
+        if finish.kind in _TO_HISTORY:
+            continue
+        cancel = {"id": finish.id, "fence": finish.fence, "state": "cancelled",
+                  "now": finish.finished_at}  # fmt: skip
+        if conn.execute(Q["job_cancel_if_requested"], cancel).rowcount:
+            conn.execute(Q["job_delete"], {"id": finish.id})
+            accepted.append(finish.id)
+            continue
+        statement, params = _requeue_statement(finish)
+        (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
     if stale:
         log.warning(
             "rejected %d stale completion(s) (fencing token no longer current): %s",
