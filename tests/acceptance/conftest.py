@@ -19,21 +19,24 @@ class Workers:
         self.url = url
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[str]] = []
+        self.stderr_paths: dict[int, Path] = {}
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         env = {**os.environ, "FERRYQ_URL": self.url, "FERRYQ_TEST_LOG_DIR": str(self.log_dir),
                "PYTHONPATH": str(ROOT)}  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.acceptance.worker_main", *args],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        # Logs go to a file: a pipe nobody reads would stall a chatty worker.
+        with open(self.log_dir / f"worker-{len(self.procs)}.stderr", "w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.acceptance.worker_main", *args],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+            )  # fmt: skip
         self.procs.append(proc)
+        self.stderr_paths[proc.pid] = Path(stderr.name)
         return proc
 
     def stderr_of(self, proc: subprocess.Popen[str]) -> str:
         proc.wait(timeout=60)
-        assert proc.stderr is not None
-        return proc.stderr.read()
+        return self.stderr_paths[proc.pid].read_text()
 
     def log_lines(self) -> list[str]:
         return [
@@ -45,15 +48,24 @@ class Workers:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
 
 
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes on a SQLite file."""
+    yield from _workers(f"sqlite:///{tmp_path}/ferryq.db", tmp_path)
+
+
+@pytest.fixture
+def pg_workers(pg_url: str, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes on a PostgreSQL database."""
+    yield from _workers(pg_url, tmp_path)
+
+
+def _workers(url: str, tmp_path: Path) -> Iterator[Workers]:
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    group = Workers(f"sqlite:///{tmp_path}/ferryq.db", log_dir)
+    group = Workers(url, log_dir)
     yield group
     group.close()
 

@@ -21,7 +21,7 @@ def _log_line(line: str) -> None:
 
 @app.task
 async def record(ctx: ferryq.Context, n: int) -> int:
-    _log_line(f"{ctx.job_id} {n} {ctx.fence}")
+    _log_line(f"{ctx.job_id} {n} {ctx.fence} {os.getpid()}")
     return n
 
 

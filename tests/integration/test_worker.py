@@ -162,7 +162,7 @@ async def test_bad_input_at_enqueue_writes_nothing(app: ferryq.App) -> None:
         await take.enqueue_async({1, 2})
     with pytest.raises(ferryq.SerializationError, match="over the limit of 1048576 bytes"):
         await take.enqueue_async("x" * (2 << 20))
-    with pytest.raises(ferryq.SerializationError, match="arguments of .*: 1200004 bytes"):
+    with pytest.raises(ferryq.SerializationError, match=r"arguments of .*: 1200004 bytes"):
         await take.enqueue_async("é" * 600_000)  # fewer characters than the limit
     with pytest.raises(ferryq.SerializationError, match="context"):
         await take.options(context="y" * (2 << 20)).enqueue_async(1)

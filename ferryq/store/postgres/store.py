@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -37,15 +37,26 @@ from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.sql import held_leases, job_from_row, list_query, split_script
 
 log = logging.getLogger("ferryq.store.postgres")
+T = TypeVar("T")
 Conn = Any  # asyncpg.Connection or a pooled proxy of one; asyncpg ships no types
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 JOBS_CHANNEL, DONE_CHANNEL = "ferryq_jobs", "ferryq_done"
 #: A frozen leader's session ends after this long, so its lock passes on.
 LEADER_IDLE_TIMEOUT = "10s"
+#: How long a call keeps retrying while the server is unreachable (a restart).
+RECONNECT_SECONDS = 30.0
+_CONNECTION_LOST = (
+    OSError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a connection left half-way through an operation
+)
 
 
 class PostgresStore(base.Store):
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(self, url: str, *, min_size: int = 0, max_size: int = 10) -> None:
         self.url = url
         self._min_size, self._max_size = min_size, max_size
         self._pool: asyncpg.Pool | None = None
@@ -122,51 +133,71 @@ class PostgresStore(base.Store):
             raise StoreError("the store is not open")
         return self._pool.acquire()
 
+    async def _session(
+        self,
+        op: Callable[[Conn], Awaitable[T]],
+        *,
+        transaction: bool = True,
+        idempotent: bool = True,
+        isolation: str | None = None,
+    ) -> T:
+        """Run ``op`` on a pooled connection, riding out a server restart.
+
+        A connection lost before the work began (a pooled connection the server
+        closed, a server still starting) is always retried; one lost half-way only
+        when ``op`` is safe to run twice. Past RECONNECT_SECONDS it is a StoreError.
+        """
+        delay, deadline = 0.05, time.monotonic() + RECONNECT_SECONDS
+        while True:
+            begun = False
+            try:
+                async with self._acquire() as conn:
+                    if not transaction:
+                        begun = True
+                        return await op(conn)
+                    async with conn.transaction(isolation=isolation):
+                        begun = True
+                        return await op(conn)
+            except _CONNECTION_LOST as exc:
+                if (begun and not idempotent) or time.monotonic() > deadline:
+                    raise StoreError(
+                        f"lost the connection to PostgreSQL at {self.safe_url}: {exc}"
+                    ) from exc
+                log.warning("PostgreSQL connection lost (%s); retrying in %.2f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     async def _fetch(self, name: str, **params: Any) -> list[Any]:
         statement = Q[name]
-        async with self._acquire() as conn:
+
+        async def fetch(conn: Conn) -> list[Any]:
             return list(await conn.fetch(statement.sql, *statement.args(params)))
+
+        return await self._session(fetch, transaction=False)
 
     async def _execute(self, name: str, **params: Any) -> str:
         statement = Q[name]
-        async with self._acquire() as conn:
+
+        async def execute(conn: Conn) -> str:
             return str(await conn.execute(statement.sql, *statement.args(params)))
+
+        return await self._session(execute, transaction=False)
 
     # -- migrations --------------------------------------------------------------
 
     async def migrate(self) -> list[int]:
-        async with self._acquire() as conn, conn.transaction():
-            # One migrator at a time, however many processes start together.
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7))"
-            )
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS ferryq_migrations (version integer PRIMARY KEY,"
-                " name text NOT NULL, applied_at double precision NOT NULL)"
-            )
-            done = {r[0] for r in await conn.fetch("SELECT version FROM ferryq_migrations")}
-            applied = []
-            for version, name, sql in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in split_script(sql):
-                    await conn.execute(statement)
-                await conn.execute(
-                    "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-                    version, name, time.time(),
-                )  # fmt: skip
-                applied.append(version)
-            return applied
+        return await self._session(_migrate)
 
     async def schema_version(self) -> int:
-        async with self._acquire() as conn:
+        async def version(conn: Conn) -> int:
             return int(await conn.fetchval("SELECT max(version) FROM ferryq_migrations") or 0)
+
+        return await self._session(version, transaction=False)
 
     # -- hot path ----------------------------------------------------------------
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        async with self._acquire() as conn, conn.transaction():
-            return await insert_jobs(conn, job, args)
+        return await self._session(lambda conn: insert_jobs(conn, job, args), idempotent=False)
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -174,9 +205,7 @@ class PostgresStore(base.Store):
         return (await self.job_finish_and_claim((), namespace, queues, limit, worker, now))[1]
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
-        async with self._acquire() as conn, conn.transaction():
-            report = await _finish_many(conn, finishes)
-        return report
+        return await self._session(lambda conn: _finish_many(conn, finishes))
 
     async def job_finish_and_claim(
         self,
@@ -194,15 +223,22 @@ class PostgresStore(base.Store):
         if not finishes:
             return FinishReport([], []), await self._claim(namespace, queues, limit, worker, now)
         # Two connections at once: the server finishes one batch while it claims the next.
-        return await asyncio.gather(
-            self.job_finish_many(finishes), self._claim(namespace, queues, limit, worker, now)
+        # Both run to their end before any failure is raised, so none is left in flight.
+        report, claimed = await asyncio.gather(
+            self.job_finish_many(finishes),
+            self._claim(namespace, queues, limit, worker, now),
+            return_exceptions=True,
         )
+        if isinstance(report, BaseException):
+            raise report
+        if isinstance(claimed, BaseException):
+            raise claimed
+        return report, claimed
 
     async def _claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
     ) -> list[Claimed]:
-        async with self._acquire() as conn, conn.transaction():
-            return await _claim(conn, namespace, queues, limit, worker, now)
+        return await self._session(lambda conn: _claim(conn, namespace, queues, limit, worker, now))
 
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
@@ -219,9 +255,8 @@ class PostgresStore(base.Store):
         return held_leases(fences, extended, rows)
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
-        async with self._acquire() as conn:
-            value = await conn.fetchval(Q["job_next_due"].sql)
-        return None if value is None else float(value)
+        rows = await self._fetch("job_next_due")
+        return None if rows[0][0] is None else float(rows[0][0])
 
     async def wait_for_change(self, within: float) -> bool:
         listener = await self._listening()
@@ -246,33 +281,19 @@ class PostgresStore(base.Store):
     # -- reads and operator actions ---------------------------------------------
 
     async def job_get(self, job_id: int) -> Job | None:
-        async with self._acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            return await _get(conn, job_id)
+        # One snapshot, so a job moving to history meanwhile is seen once.
+        return await self._session(lambda conn: _get(conn, job_id), isolation="repeatable_read")
 
     async def job_list(self, where: JobFilter) -> list[Job]:
         sql, params = list_query(where)
         statement = positional(sql)
-        async with self._acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            rows = await conn.fetch(statement.sql, *statement.args(params))
+        rows = await self._session(
+            lambda conn: _run(conn, statement, **params), isolation="repeatable_read"
+        )
         return [job_from_row(row) for row in rows]
 
     async def job_cancel(self, job_id: int, now: float) -> Job:
-        async with self._acquire() as conn, conn.transaction():
-            await _run(conn, Q["job_lock"], id=job_id)
-            job = await _get(conn, job_id)
-            if job is None:
-                raise JobNotFound(job_id)
-            if job.state == State.RUNNING:
-                await _run(conn, Q["job_request_cancel"], id=job_id)
-            elif not job.terminal:
-                await _run(conn, Q["job_move_terminal"], id=job_id, state="cancelled", now=now)
-            elif job.state != State.CANCELLED:
-                raise InvalidTransition(
-                    f"job {job_id} is already {job.state}; it cannot be cancelled"
-                )
-            found = await _get(conn, job_id)
-        assert found is not None
-        return found
+        return await self._session(lambda conn: _cancel(conn, job_id, now))
 
     async def job_respawn(
         self, job_ids: Sequence[int], now: float, expires_at: float | None = None
@@ -306,13 +327,14 @@ class PostgresStore(base.Store):
         return sorted(r[0] for r in await self._fetch("job_expire", now=now, limit=limit))
 
     async def history_ensure_partitions(self, now: float) -> None:
-        async with self._acquire() as conn:
-            await partitions.ensure(conn, now)
+        await self._session(lambda conn: partitions.ensure(conn, now), transaction=False)
 
     async def history_prune(self, before: float, limit: int) -> int:
-        async with self._acquire() as conn:
+        async def prune(conn: Conn) -> int:
             await partitions.ensure(conn, time.time())
             return await partitions.prune(conn, before, limit)
+
+        return await self._session(prune, transaction=False)
 
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
         try:
@@ -325,8 +347,10 @@ class PostgresStore(base.Store):
                 self._leading.add(name)
                 return True
             return False
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
             log.warning("leadership check failed (%s); not leading for now", exc)
+            if self._leader is not None:
+                self._leader.terminate()  # whatever state it is in, the lock goes with it
             self._leader, self._leading = None, set()
             return False
 
@@ -373,6 +397,28 @@ class PostgresStore(base.Store):
 
 
 # -- statements on one connection ------------------------------------------------
+
+
+async def _migrate(conn: Conn) -> list[int]:
+    # One migrator at a time, however many processes start together.
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7))")
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS ferryq_migrations (version integer PRIMARY KEY,"
+        " name text NOT NULL, applied_at double precision NOT NULL)"
+    )
+    done = {r[0] for r in await conn.fetch("SELECT version FROM ferryq_migrations")}
+    applied = []
+    for version, name, sql in MIGRATIONS:
+        if version in done:
+            continue
+        for statement in split_script(sql):
+            await conn.execute(statement)
+        await conn.execute(
+            "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            version, name, time.time(),
+        )  # fmt: skip
+        applied.append(version)
+    return applied
 
 
 async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
@@ -488,6 +534,22 @@ def _requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
         }
     error = None if finish.error is None else json.dumps(finish.error)
     return "job_requeue", {**common, **timing, "error": error}
+
+
+async def _cancel(conn: Conn, job_id: int, now: float) -> Job:
+    await _run(conn, Q["job_lock"], id=job_id)
+    job = await _get(conn, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.state == State.RUNNING:
+        await _run(conn, Q["job_request_cancel"], id=job_id)
+    elif not job.terminal:
+        await _run(conn, Q["job_move_terminal"], id=job_id, state="cancelled", now=now)
+    elif job.state != State.CANCELLED:
+        raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
+    found = await _get(conn, job_id)
+    assert found is not None
+    return found
 
 
 async def _get(conn: Conn, job_id: int) -> Job | None:
