@@ -1,0 +1,113 @@
+"""ferryq's side of every benchmark: one worker process, the tasks' own clocks.
+
+Measured as the peers are (see bench/peers/): the queue is filled first, then one
+worker process drains it, and the rate is ``(n - 1) / (last task start - first task
+start)`` from the tasks' own timestamps, so start-up is excluded. Pickup latency is
+enqueue → task start, one job at a time, with a random 0-100 ms gap between jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import ferryq
+from bench import ferryq_tasks
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONCURRENCY = 500
+
+
+def ticks_file(workdir: pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(tempfile.mkdtemp(prefix="ferryq-", dir=workdir)) / "ticks"
+
+
+def start_worker(url: str, ticks: pathlib.Path, queues: str = "default") -> subprocess.Popen[bytes]:
+    env = {**os.environ, "FERRYQ_URL": url, ferryq_tasks.TICKS_ENV: str(ticks),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    cmd = [sys.executable, "-m", "ferryq", "worker", "bench.ferryq_tasks:app",
+           "--concurrency", str(CONCURRENCY), "--queues", queues]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_ticks(ticks: pathlib.Path, count: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 300
+    while not ticks.exists() or ticks.stat().st_size < count * ferryq_tasks.LINE:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ferryq worker exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("ferryq worker did not finish in time")
+        time.sleep(0.005)
+
+
+def read_ticks(ticks: pathlib.Path) -> list[float]:
+    return [float(line) for line in ticks.read_bytes().split()]
+
+
+def enqueue(url: str, n: int) -> float:
+    """Jobs/s enqueued in batches of 1,000 (each batch one transaction)."""
+    app = ferryq.App(url)
+    started = time.perf_counter()
+    for first in range(0, n, 1000):
+        app.enqueue_many(ferryq_tasks.tick.name, [[]] * min(1000, n - first))
+    rate = n / (time.perf_counter() - started)
+    app.close()
+    return rate
+
+
+def drain(url: str, n: int, workdir: pathlib.Path) -> float:
+    """Jobs/s drained by one worker process from a queue filled beforehand."""
+    enqueue(url, n)
+    ticks = ticks_file(workdir)
+    proc = start_worker(url, ticks)
+    try:
+        wait_ticks(ticks, n, proc)
+    finally:
+        stop(proc)
+    stamps = read_ticks(ticks)
+    return (n - 1) / (max(stamps) - min(stamps))
+
+
+def pickup(url: str, samples: int, workdir: pathlib.Path) -> tuple[float, float]:
+    """(p50, p99) ms from enqueue to task start, one job in flight at a time."""
+    ticks = ticks_file(workdir)
+    app = ferryq.App(url)
+    app.enqueue(ferryq_tasks.tick.name)  # warm-up: start-up is not latency
+    proc = start_worker(url, ticks)
+    rng = random.Random(1)
+    enqueued: list[float] = []
+    try:
+        wait_ticks(ticks, 1, proc)
+        for i in range(samples):
+            time.sleep(rng.uniform(0.0, 0.1))
+            enqueued.append(time.time())
+            app.enqueue(ferryq_tasks.tick.name)
+            wait_ticks(ticks, i + 2, proc)
+    finally:
+        stop(proc)
+        app.close()
+    started = read_ticks(ticks)[1:]
+    latencies = sorted((s - e) * 1000 for s, e in zip(started, enqueued, strict=True))
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return q[49], q[98]
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
