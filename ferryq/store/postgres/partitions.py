@@ -38,8 +38,16 @@ async def ensure(conn: Any, now: float) -> None:
         try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", name)
+                if await conn.fetchval("SELECT to_regclass($1)", name) is not None:
+                    continue
+                # Made apart, then attached: ATTACH takes a lock that lets inserts into
+                # the history go on, where CREATE ... PARTITION OF would block them.
                 await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF ferryq_history "
+                    f"CREATE TABLE {name} (LIKE ferryq_history INCLUDING DEFAULTS, "
+                    f"CHECK (finished_at >= {day * DAY} AND finished_at < {(day + 1) * DAY}))"
+                )
+                await conn.execute(
+                    f"ALTER TABLE ferryq_history ATTACH PARTITION {name} "
                     f"FOR VALUES FROM ({day * DAY}) TO ({(day + 1) * DAY})"
                 )
         except asyncpg.PostgresError as exc:
@@ -54,7 +62,11 @@ async def prune(conn: Any, before: float, limit: int) -> int:
     for (name,) in await conn.fetch(Q["history_partitions"].sql):
         if (day_of(name) + 1) * DAY <= before:
             rows = await conn.fetchval(f"SELECT count(*) FROM {name}")
-            await conn.execute(f"DROP TABLE {name}")
+            # Detaching takes a brief lock on ferryq_history, once a day. (DETACH ...
+            # CONCURRENTLY would not, but it refuses while a default partition exists.)
+            async with conn.transaction():
+                await conn.execute(f"ALTER TABLE ferryq_history DETACH PARTITION {name}")
+                await conn.execute(f"DROP TABLE {name}")
             log.info("dropped history partition %s (%d jobs)", name, rows)
             removed += int(rows)
     statement = Q["history_prune_default"]

@@ -100,7 +100,10 @@ class PostgresStore(base.Store):
                 self.url, min_size=self._min_size, max_size=self._max_size,
                 server_settings=SESSION_SETTINGS,
             )  # fmt: skip
+            async with self._pool.acquire() as conn:  # a wrong URL says so now, once
+                await conn.execute("SELECT 1")
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await self.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from None
         if migrate:
             try:
