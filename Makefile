@@ -19,8 +19,10 @@ lint:
 	.venv/bin/mypy
 
 bench:
-	@scripts/venv.sh bench
+	@scripts/venv.sh test,bench
+	@scripts/ensure-postgres.sh
 	.venv/bin/python -m bench.sqlite_throughput
+	.venv/bin/python -m bench.postgres_throughput
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache
