@@ -30,6 +30,7 @@ from ferryq.app import DEFAULT_URL, App
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
+from ferryq.store import safe_url
 
 #: Jobs per page when an operation walks every dead job (``--all``).
 PAGE = 500
@@ -227,11 +228,11 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
     app = get_app(ctx)
     applied, version = app.migrate()
     if as_json:
-        emit_json({"url": app.url, "applied": applied, "schema_version": version})
+        emit_json({"url": safe_url(app.url), "applied": applied, "schema_version": version})
         return
     if applied:
         out.print(f"applied migration(s): {', '.join(str(v) for v in applied)}")
-    out.print(f"schema version {version}: up to date ({app.url})")
+    out.print(f"schema version {version}: up to date ({safe_url(app.url)})")
 
 
 # -- enqueue -------------------------------------------------------------------

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob, Store
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@", 1)))
 
 
 def open_store(url: str) -> Store:
@@ -53,4 +62,10 @@ def _require_asyncpg() -> None:
         )
 
 
-__all__ = ["Store", "insert_on_connection", "insert_on_connection_async", "open_store"]
+__all__ = [
+    "Store",
+    "insert_on_connection",
+    "insert_on_connection_async",
+    "open_store",
+    "safe_url",
+]

@@ -55,7 +55,26 @@ def test_transition_refuses_what_the_table_does_not_allow() -> None:
         transition(State.SUCCEEDED, Event.CLAIM)
 
 
-def test_migrations_are_numbered_without_gaps() -> None:
-    folder = PACKAGE / "store" / "sqlite" / "migrations"
-    numbers = sorted(int(p.name[:4]) for p in folder.glob("*.sql"))
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_migrations_are_numbered_without_gaps_and_alike(backend: str) -> None:
+    numbers = _migration_numbers(backend)
     assert numbers == list(range(1, len(numbers) + 1))
+    assert numbers == _migration_numbers("sqlite")  # the same numbers on every backend
+
+
+def _migration_numbers(backend: str) -> list[int]:
+    folder = PACKAGE / "store" / backend / "migrations"
+    return sorted(int(p.name[:4]) for p in folder.glob("*.sql"))
+
+
+def test_both_backends_name_the_same_statements() -> None:
+    from ferryq.store.postgres.queries import Q as POSTGRES
+    from ferryq.store.sqlite.queries import Q as SQLITE
+
+    shared = {
+        "job_claim_queue", "job_finish_batch_to_history", "job_requeue", "job_next_stage",
+        "job_return", "job_cancel_if_requested", "job_lease_extend", "job_held",
+        "job_promote_due", "job_expired_leases", "job_respawn", "job_purge", "job_counts",
+        "job_get_hot", "job_get_history", "worker_beat", "worker_list",
+    }  # fmt: skip
+    assert shared <= set(SQLITE) and shared <= set(POSTGRES)

@@ -15,13 +15,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from ferryq.errors import InvalidTransition, JobNotFound, StoreError
 from ferryq.job import Job, State
-from ferryq.store import base
+from ferryq.store import base, safe_url
 from ferryq.store.base import (
     Claimed,
     Finish,
@@ -77,12 +76,7 @@ class PostgresStore(base.Store):
 
     @property
     def safe_url(self) -> str:
-        """The URL without its password, for messages."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        netloc = f"{parts.username + '@' if parts.username else ''}{host}"
-        netloc += f":{parts.port}" if parts.port else ""
-        return urlunsplit(parts._replace(netloc=netloc))
+        return safe_url(self.url)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -367,6 +361,9 @@ class PostgresStore(base.Store):
         conn = await asyncpg.connect(self.url)
         try:
             await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+        except asyncpg.UndefinedObjectError:  # before PostgreSQL 14: no such setting
+            log.warning("this PostgreSQL has no idle_session_timeout: a frozen leader "
+                        "keeps its lock until its connection ends")  # fmt: skip
         except BaseException:  # cancelled or failed: never leave it open
             conn.terminate()
             raise
