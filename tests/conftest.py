@@ -7,7 +7,8 @@ tests a throwaway PostgreSQL and a fresh database on it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,13 @@ class FrozenClock:
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collect after each test, so a leaked connection fails the test that leaked it."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture

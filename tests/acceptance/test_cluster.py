@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -34,6 +35,16 @@ async def _until_done(app: ferryq.App, total: int, timeout: float = 240.0) -> di
         await store.wait_for_finish(1.0, 0.2)
 
 
+async def _until_live(app: ferryq.App, name: str, after: float) -> None:
+    """Until the worker ``name`` has sent a heartbeat since ``after``."""
+    store = await app.store()
+    for _ in range(600):
+        if any(w.id == name for w in await store.worker_list(alive_since=after)):
+            return
+        await store.wait_for_finish(0.1, 0.1)
+    raise TimeoutError(f"worker {name} did not start")
+
+
 async def _wait_for(handle: ferryq.JobHandle) -> None:
     await handle.result_async(timeout=120)
 
@@ -49,6 +60,14 @@ async def test_two_machines_survive_kills_and_a_database_restart(
     if not pg_cluster.can_restart:
         pytest.skip("the PostgreSQL server is not the tests' own to restart")
     app = ferryq.App(pg_workers.url)
+    try:
+        await _survive(app, pg_workers, pg_cluster)
+    finally:
+        await app.aclose()
+        app.close()
+
+
+async def _survive(app: ferryq.App, pg_workers: Workers, pg_cluster: PgCluster) -> None:
     handles: list[ferryq.JobHandle] = []
     for first in range(0, JOBS, BATCH):
         batch = [(n,) for n in range(first, first + BATCH)]
@@ -62,6 +81,7 @@ async def test_two_machines_survive_kills_and_a_database_restart(
         victim.wait()
         killed.add(victim.pid)
         procs[key] = _start(pg_workers, *key)
+        await _until_live(app, f"{key[0]}-{key[1]}", after=time.time())
 
     await _wait_for(handles[8_000])
     await kill_and_restart(("machine-a", 1))
@@ -93,8 +113,6 @@ async def test_two_machines_survive_kills_and_a_database_restart(
         last = max(attempts)
         assert all(pid in killed for fence, pid in attempts if (fence, pid) != last), job_id
     print(f"\n{len(again)} of {JOBS} jobs ran twice, all behind {len(killed)} killed workers")
-    await app.aclose()
-    app.close()
 
 
 async def test_when_the_leader_dies_another_worker_recovers_leases(pg_workers: Workers) -> None:

@@ -89,6 +89,20 @@ class PostgresStore(base.Store):
                 self._ready = True
 
     async def _open(self, migrate: bool) -> None:
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while True:
+            try:
+                return await self._connect(migrate)
+            except StoreError as exc:
+                # A server starting up or shutting down for a restart is worth waiting
+                # for; anything else (a wrong URL, a server that is down) is not.
+                starting = isinstance(exc.__cause__, asyncpg.CannotConnectNowError)
+                if not starting or time.monotonic() > deadline:
+                    raise
+                log.warning("%s; retrying", exc)
+                await asyncio.sleep(0.2)
+
+    async def _connect(self, migrate: bool) -> None:
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=self._min_size, max_size=self._max_size,
@@ -98,7 +112,7 @@ class PostgresStore(base.Store):
                 await conn.execute("SELECT 1")
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
-            raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from None
+            raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
         if migrate:
             try:
                 await self.migrate()
