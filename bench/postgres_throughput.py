@@ -183,9 +183,10 @@ def _report(figures: Figures, options: argparse.Namespace) -> None:
             line += f"{value:>15,.2f}{ratio:>7.1f}x"
         print(line)
     if "loaded" in ours:
-        slower = 1 - ours["loaded"] / ours["drain"]
+        change = ours["loaded"] / ours["drain"] - 1
+        trend = f"{abs(change):.0%} {'faster' if change >= 0 else 'slower'} than empty"
         print(f"\nferryq drain with {options.loaded:,} ready, delayed and finished jobs "
-              f"each: {ours['loaded']:,.0f} jobs/s ({slower:+.0%} slower than empty)")  # fmt: skip
+              f"each: {ours['loaded']:,.0f} jobs/s ({trend})")  # fmt: skip
 
 
 if __name__ == "__main__":
