@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.store.base import JobFilter, Leases
+from ferryq.store.base import Finish, JobFilter, Leases
 
 JOB_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
@@ -103,6 +103,36 @@ def held_leases(
     lost = sorted(set(fences) - ours)
     cancel = sorted(job_id for job_id in ours if current[job_id][1])
     return Leases(extended, lost, cancel)
+
+
+def requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
+    """The statement and parameters that queue a job again after ``finish``."""
+    common = {"id": finish.id, "fence": finish.fence}
+    if finish.kind == "returned":
+        return "job_return", common
+    run_at = finish.run_at if finish.run_at is not None else finish.finished_at
+    state = State.SCHEDULED if run_at > finish.finished_at else State.READY
+    timing = {
+        "state": state.value, "run_at": run_at,
+        "order_time": finish.order_time if finish.order_time is not None else run_at,
+        "started_at": finish.started_at, "finished_at": finish.finished_at,
+    }  # fmt: skip
+    if finish.kind == "next":
+        record = {
+            "stage": finish.error and finish.error.get("stage"),
+            "outcome": "next",
+            "started_at": finish.started_at,
+            "finished_at": finish.finished_at,
+        }
+        return "job_next_stage", {
+            **common,
+            **timing,
+            "stage": finish.stage,
+            "context": finish.context or "null",
+            "stage_record": json.dumps(record),
+        }
+    error = None if finish.error is None else json.dumps(finish.error)
+    return "job_requeue", {**common, **timing, "error": error}
 
 
 def job_from_row(row: Sequence[Any]) -> Job:

@@ -33,7 +33,13 @@ from ferryq.store.base import (
 )
 from ferryq.store.postgres import partitions
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
-from ferryq.store.sql import held_leases, job_from_row, list_query, split_script
+from ferryq.store.sql import (
+    held_leases,
+    job_from_row,
+    list_query,
+    requeue_statement,
+    split_script,
+)
 
 log = logging.getLogger("ferryq.store.postgres")
 T = TypeVar("T")
@@ -515,7 +521,7 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
         if await _run(conn, Q["job_cancel_if_requested"], **cancel):
             accepted.append(finish.id)
             continue
-        name, params = _requeue_statement(finish)
+        name, params = requeue_statement(finish)
         accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
     done = set(accepted)
     stale = [f.id for f in finishes if f.id not in done]
@@ -525,35 +531,6 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
     if to_history and done:
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     return FinishReport([f.id for f in finishes if f.id in done], stale)
-
-
-def _requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
-    common = {"id": finish.id, "fence": finish.fence}
-    if finish.kind == "returned":
-        return "job_return", common
-    run_at = finish.run_at if finish.run_at is not None else finish.finished_at
-    state = State.SCHEDULED if run_at > finish.finished_at else State.READY
-    timing = {
-        "state": state.value, "run_at": run_at,
-        "order_time": finish.order_time if finish.order_time is not None else run_at,
-        "started_at": finish.started_at, "finished_at": finish.finished_at,
-    }  # fmt: skip
-    if finish.kind == "next":
-        record = {
-            "stage": finish.error and finish.error.get("stage"),
-            "outcome": "next",
-            "started_at": finish.started_at,
-            "finished_at": finish.finished_at,
-        }
-        return "job_next_stage", {
-            **common,
-            **timing,
-            "stage": finish.stage,
-            "context": finish.context or "null",
-            "stage_record": json.dumps(record),
-        }
-    error = None if finish.error is None else json.dumps(finish.error)
-    return "job_requeue", {**common, **timing, "error": error}
 
 
 async def _cancel(conn: Conn, job_id: int, now: float) -> Job:

@@ -34,7 +34,13 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.sql import held_leases, job_from_row, list_query, split_script
+from ferryq.store.sql import (
+    held_leases,
+    job_from_row,
+    list_query,
+    requeue_statement,
+    split_script,
+)
 from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
 log = logging.getLogger("ferryq.store.sqlite")
@@ -500,7 +506,7 @@ def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> Finish
             conn.execute(Q["job_delete"], {"id": finish.id})
             accepted.append(finish.id)
             continue
-        statement, params = _requeue_statement(finish)
+        statement, params = requeue_statement(finish)
         (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
     if stale:
         log.warning(
@@ -537,35 +543,6 @@ def _history_params(finish: Finish) -> dict[str, Any]:
         "error": None if finish.error is None else json.dumps(finish.error),
         "started_at": finish.started_at, "finished_at": finish.finished_at,
     }  # fmt: skip
-
-
-def _requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
-    common = {"id": finish.id, "fence": finish.fence}
-    if finish.kind == "returned":
-        return "job_return", common
-    run_at = finish.run_at if finish.run_at is not None else finish.finished_at
-    state = State.SCHEDULED if run_at > finish.finished_at else State.READY
-    timing = {
-        "state": state.value, "run_at": run_at,
-        "order_time": finish.order_time if finish.order_time is not None else run_at,
-        "started_at": finish.started_at, "finished_at": finish.finished_at,
-    }  # fmt: skip
-    if finish.kind == "next":
-        record = {
-            "stage": finish.error and finish.error.get("stage"),
-            "outcome": "next",
-            "started_at": finish.started_at,
-            "finished_at": finish.finished_at,
-        }
-        return "job_next_stage", {
-            **common,
-            **timing,
-            "stage": finish.stage,
-            "context": finish.context or "null",
-            "stage_record": json.dumps(record),
-        }
-    error = None if finish.error is None else json.dumps(finish.error)
-    return "job_requeue", {**common, **timing, "error": error}
 
 
 def _move_terminal(conn: sqlite3.Connection, job_id: int, state: State, now: float) -> bool:
