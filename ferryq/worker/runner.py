@@ -81,7 +81,6 @@ class Worker:
         self.finished = 0
         self._threads: ThreadPoolExecutor | None = None
         self._beat_now = asyncio.Event()
-        self._heartbeat_requested: set[int] = set()
         self._stop_requested = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._store: Store | None = None
