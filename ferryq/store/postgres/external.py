@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
 from ferryq.store.postgres.queries import Statement
-from ferryq.store.postgres.store import insert_with
+from ferryq.store.postgres.store import insert_jobs, insert_with
 
 T = TypeVar("T")
 Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
@@ -36,15 +36,14 @@ async def insert_async(connection: Any, job: NewJob, args: Sequence[str]) -> lis
     driver = driver_of(connection)
     if driver == "psycopg":
         raise ConfigurationError("a sync psycopg connection needs enqueue(), not enqueue_async()")
-
-    async def asyncpg_run(statement: Statement, params: dict[str, Any]) -> list[Any]:
-        return list(await connection.fetch(statement.sql, *statement.args(params)))
+    if driver == "asyncpg":
+        return await insert_jobs(connection, job, args)
 
     async def psycopg_run(statement: Statement, params: dict[str, Any]) -> list[Any]:
         cursor = await connection.execute(statement.pyformat, params)
         return list(await cursor.fetchall()) if cursor.description else []
 
-    return await insert_with(asyncpg_run if driver == "asyncpg" else psycopg_run, job, args)
+    return await insert_with(psycopg_run, job, args)
 
 
 def insert_sync(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:

@@ -452,12 +452,8 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
 
 
 async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    """Insert on ``conn`` inside the caller's transaction, with one NOTIFY for all."""
-
-    async def run(statement: Statement, params: dict[str, Any]) -> list[Any]:
-        return list(await conn.fetch(statement.sql, *statement.args(params)))
-
-    return await insert_with(run, job, args)
+    """Insert on ``conn`` (asyncpg) inside its open transaction, with one NOTIFY for all."""
+    return await insert_with(lambda statement, params: _run(conn, statement, **params), job, args)
 
 
 async def insert_with(
