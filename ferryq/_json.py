@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
+from json import encoder as _std
 from typing import Any
 
 from ferryq.errors import SerializationError
@@ -10,11 +12,38 @@ from ferryq.errors import SerializationError
 _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
+def _make_fast() -> Callable[[Any], str] | None:
+    """The C encoder built once, as ``JSONEncoder.encode`` builds it on every call.
+
+    Enqueueing a batch encodes one value per job, and building the encoder is most of
+    the cost of encoding a small value. Cycles are not tracked (they end in a
+    RecursionError, reported like any other unencodable value). None where the C
+    accelerator is missing: then every value goes through the standard encoder.
+    """
+    make = getattr(_std, "c_make_encoder", None)
+    quote = getattr(_std, "c_encode_basestring", None)
+    if make is None or quote is None:
+        return None
+    try:
+        iterencode = make(None, _encoder.default, quote, None, ":", ",", False, False, False)
+    except TypeError:  # another interpreter's signature
+        return None
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_fast = _make_fast()
+
+
 def dumps(value: Any, what: str = "value") -> str:
     try:
-        return _encoder.encode(value)
+        return _encoder.encode(value) if _fast is None else _fast(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+def dumps_many(values: Iterable[Any], what: str = "value") -> list[str]:
+    """``dumps`` of each value, a tuple becoming a list (as positional arguments)."""
+    return [dumps(list(v) if isinstance(v, tuple) else v, what) for v in values]
 
 
 def loads(text: str | None) -> Any:

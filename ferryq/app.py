@@ -229,8 +229,9 @@ class App:
         now = self.clock()
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
-        for args in encoded_args:
-            self._check_size(f"arguments of {task}", args)
+        if any(len(args) * 4 > self.max_payload_bytes for args in encoded_args):
+            for args in encoded_args:
+                self._check_size(f"arguments of {task}", args)
         job = NewJob(
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
@@ -281,7 +282,7 @@ class App:
         known = self.tasks.get(task)
         defaults = known.defaults if known else DEFAULT_TASK_OPTIONS
         what = f"arguments of {task}"
-        encoded = [_json.dumps(list(a) if isinstance(a, tuple) else a, what) for a in args]
+        encoded = _json.dumps_many(args, what)
         return await self.enqueue_raw(task, encoded, defaults.merged(**options))
 
     # -- reading and operating jobs ----------------------------------------------

@@ -2,17 +2,25 @@
 -- Parameters are named (:now) and become $n when loaded (see queries.py).
 
 -- name: job_insert_batch
--- One statement for a batch of jobs alike but for their args: unnest keeps the input
--- order, so the identity values come back ascending in that order.
-INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
-    order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
-    created_at)
-SELECT :namespace, :queue, :task, a.args, :state, :lane, :priority::float8,
-    :run_at::float8, :order_time::float8, :expires_at::float8, :ttr::float8, :max_tries,
-    :retry, :unique_key, :stage, :context, :meta::jsonb, :created_at::float8
-FROM unnest(:args::text[]) WITH ORDINALITY AS a(args, n)
-ORDER BY a.n
-RETURNING id;
+-- One statement for a batch of jobs alike but for their args, and its one wake-up
+-- NOTIFY (delivered at commit): a single round trip, atomic without BEGIN. unnest
+-- keeps the input order, so the identity values rise in that order. The notifying
+-- CTE is volatile, hence evaluated once, by the EXISTS, before any row is returned.
+WITH inserted AS (
+    INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
+        order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
+        created_at)
+    SELECT :namespace, :queue, :task, a.args, :state, :lane, :priority::float8,
+        :run_at::float8, :order_time::float8, :expires_at::float8, :ttr::float8,
+        :max_tries, :retry, :unique_key, :stage, :context, :meta::jsonb,
+        :created_at::float8
+    FROM unnest(:args::text[]) WITH ORDINALITY AS a(args, n)
+    ORDER BY a.n
+    RETURNING id
+), woken AS (
+    SELECT pg_notify('ferryq_jobs', :queue)
+)
+SELECT id FROM inserted WHERE EXISTS (SELECT FROM woken);
 
 -- name: job_lock_unique
 -- Serialises enqueues of one key (released at commit), so dedup is atomic.
@@ -25,10 +33,6 @@ SELECT id FROM ferryq_jobs WHERE namespace = :namespace AND unique_key = :unique
 SELECT id FROM ferryq_history
 WHERE namespace = :namespace AND unique_key = :unique_key AND created_at >= :since
 ORDER BY created_at DESC LIMIT 1;
-
--- name: job_notify
--- One notification per enqueue transaction, delivered at commit.
-SELECT pg_notify('ferryq_jobs', :payload);
 
 -- name: job_promote_due
 UPDATE ferryq_jobs SET state = 'ready'

@@ -220,7 +220,12 @@ class PostgresStore(base.Store):
     # -- hot path ----------------------------------------------------------------
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        return await self._session(lambda conn: insert_jobs(conn, job, args), idempotent=False)
+        # Without dedup the insert is one statement, atomic by itself.
+        return await self._session(
+            lambda conn: insert_jobs(conn, job, args),
+            transaction=job.unique_key is not None,
+            idempotent=False,
+        )
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -452,7 +457,8 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
 
 
 async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    """Insert on ``conn`` (asyncpg) inside its open transaction, with one NOTIFY for all."""
+    """Insert on ``conn`` (asyncpg), with one NOTIFY for all. With a unique_key it must
+    be inside a transaction, which holds the key's lock until it ends."""
     return await insert_with(lambda statement, params: _run(conn, statement, **params), job, args)
 
 
@@ -477,8 +483,7 @@ async def insert_with(
         args = args[:1]  # the first one is created; the others are its duplicates
     params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
     params.update(state=job.state.value, args=list(args))
-    ids = sorted(int(r[0]) for r in await run(Q["job_insert_batch"], params))
-    await run(Q["job_notify"], {"payload": job.queue})
+    ids = sorted([r[0] for r in await run(Q["job_insert_batch"], params)])
     if job.unique_key is not None:
         return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
     return [Inserted(i, True) for i in ids]
