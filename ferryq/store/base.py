@@ -42,7 +42,7 @@ class NewJob:
     meta: str = "{}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Inserted:
     id: int
     created: bool  # False: an existing job with the same unique_key was returned

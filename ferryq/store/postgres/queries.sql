@@ -4,8 +4,8 @@
 -- name: job_insert_batch
 -- One statement for a batch of jobs alike but for their args, and its one wake-up
 -- NOTIFY (delivered at commit): a single round trip, atomic without BEGIN. unnest
--- keeps the input order, so the identity values rise in that order. The notifying
--- CTE is volatile, hence evaluated once, by the EXISTS, before any row is returned.
+-- keeps the input order, so the identity values rise in that order; they come back
+-- as one array. The notifying CTE is volatile, hence evaluated once, by the EXISTS.
 WITH inserted AS (
     INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
         order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
@@ -20,7 +20,7 @@ WITH inserted AS (
 ), woken AS (
     SELECT pg_notify('ferryq_jobs', :queue)
 )
-SELECT id FROM inserted WHERE EXISTS (SELECT FROM woken);
+SELECT array_agg(id ORDER BY id) FROM inserted WHERE EXISTS (SELECT FROM woken);
 
 -- name: job_lock_unique
 -- Serialises enqueues of one key (released at commit), so dedup is atomic.
