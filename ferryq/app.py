@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
-from ferryq import _json, insights, policy
+from ferryq import _json, insights, lanes, policy
 from ferryq._portal import Portal
 from ferryq.backoff import Backoff
 from ferryq.context import Context
@@ -28,9 +28,10 @@ from ferryq.errors import (
 )
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
+from ferryq.lanes import LaneRule
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
-from ferryq.store.base import JobFilter, NewJob
+from ferryq.store.base import JobFilter, LaneInfo, NewJob
 from ferryq.task import Task
 
 if TYPE_CHECKING:
@@ -224,8 +225,6 @@ class App:
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def _new_job(self, task: str, encoded_args: Sequence[str], options: JobOptions) -> NewJob:
-        if options.lane is not None:
-            raise ConfigurationError("lanes are not available in this version of ferryq")
         now = self.clock()
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
@@ -236,7 +235,12 @@ class App:
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
             task=task,
-            state=State.SCHEDULED if due > now else State.READY,
+            # A lane's job waits until its lane admits it (see ferryq.lanes).
+            state=State.WAITING
+            if options.lane is not None
+            else State.SCHEDULED
+            if due > now
+            else State.READY,
             run_at=due,
             order_time=policy.order_time(due, priority),
             created_at=now,
@@ -345,6 +349,41 @@ class App:
 
     def explain(self, job_id: int) -> Explanation:
         return self.portal_call(self.explain_async(job_id))
+
+    # -- lanes -------------------------------------------------------------------
+
+    async def set_lane_limit_async(
+        self, pattern: str, limit: int, on_dead: str = "continue"
+    ) -> LaneRule:
+        """Limit a lane (``post:42``) or every lane under a prefix (``tenant:*``) to
+        ``limit`` running jobs; ``on_dead="halt"`` stops the lane behind a dead job.
+        Jobs not started yet follow the new rule at once."""
+        rule = lanes.check_rule(pattern, limit, on_dead)
+        await (await self.store()).lane_rule_set(self.namespace, rule, self.clock())
+        return rule
+
+    def set_lane_limit(self, pattern: str, limit: int, on_dead: str = "continue") -> LaneRule:
+        return self.portal_call(self.set_lane_limit_async(pattern, limit, on_dead))
+
+    async def clear_lane_limit_async(self, pattern: str) -> bool:
+        """Drop a rule: its lanes fall back to the next matching rule, or limit 1."""
+        return await (await self.store()).lane_rule_delete(self.namespace, pattern, self.clock())
+
+    def clear_lane_limit(self, pattern: str) -> bool:
+        return self.portal_call(self.clear_lane_limit_async(pattern))
+
+    async def lane_limits_async(self) -> list[LaneRule]:
+        return await (await self.store()).lane_rules(self.namespace)
+
+    def lane_limits(self) -> list[LaneRule]:
+        return self.portal_call(self.lane_limits_async())
+
+    async def lanes_async(self, limit: int = 50) -> list[LaneInfo]:
+        """Lanes with unfinished jobs, busiest first, then halted lanes."""
+        return await (await self.store()).lane_list(self.namespace, limit)
+
+    def lanes(self, limit: int = 50) -> list[LaneInfo]:
+        return self.portal_call(self.lanes_async(limit))
 
     async def stats_async(self) -> insights.Stats:
         return await insights.stats(await self.store(), self.namespace, self.clock())

@@ -55,9 +55,35 @@ async def explain(store: Store, job_id: int, now: float) -> Explanation:
     if job.expires_at is not None and job.expires_at <= now:
         return _say(job, "expiring", f"passed its ttl at {when(job.expires_at)}; it will not run",
                     expires_at=job.expires_at)  # fmt: skip
+    if job.state == State.WAITING and job.lane is not None:
+        return await _explain_waiting(store, job)
     if job.run_at > now:
         return _explain_not_due(job)
     return await _explain_ready(store, job, now)
+
+
+async def _explain_waiting(store: Store, job: Job) -> Explanation:
+    assert job.lane is not None
+    lane, view = job.lane, await store.lane_view(job.namespace, job.lane)
+    if view.halted_by is not None:
+        message = (f"lane {lane!r} is halted by dead job {view.halted_by}; respawn or purge "
+                   "that job to release the lane")  # fmt: skip
+        return _say(job, "lane_halted", message, lane=lane, halted_by=view.halted_by)
+    position = await store.lane_ahead(job.namespace, lane, job.id) + 1
+    held = [{"id": h.id, "state": str(h.state)} for h in view.held]
+    data = {"lane": lane, "position": position, "limit": view.rule.limit, "held": held}
+    if not view.held:
+        return _say(job, "lane_waiting", f"waiting at position {position} in lane {lane!r}",
+                    **data)  # fmt: skip
+    if view.rule.limit == 1:
+        ahead = view.held[0]
+        return _say(job, "lane_order",
+                    f"waiting behind job {ahead.id} ({ahead.state}) at position {position} in "
+                    f"lane {lane!r}", waiting_for=ahead.id, **data)  # fmt: skip
+    listed = ", ".join(f"{h.id} ({h.state})" for h in view.held)
+    return _say(job, "lane_limit",
+                f"lane {lane!r} is at its limit of {view.rule.limit} (held by: {listed}); "
+                f"position {position} in the lane", **data)  # fmt: skip
 
 
 def _explain_terminal(job: Job) -> Explanation:

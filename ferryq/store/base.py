@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from ferryq.job import Job, State
+from ferryq.lanes import LaneRule, LaneView
 
 
 @dataclass(slots=True)
@@ -96,6 +97,7 @@ class Finish:
     order_time: float | None = None
     stage: str | None = None
     context: str | None = None
+    lane: str | None = None  # the job's lane: PostgreSQL locks it before writing
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,18 @@ class JobFilter:
     text: str | None = None
     after_id: int | None = None  # keyset paging: ids below this one (newest first)
     limit: int = 50
+
+
+@dataclass(slots=True)
+class LaneInfo:
+    """A lane with hot jobs, as operators see it."""
+
+    lane: str
+    waiting: int
+    admitted: int  # scheduled or ready
+    running: int
+    halted_by: int | None
+    rule: LaneRule
 
 
 @dataclass(slots=True)
@@ -212,6 +226,22 @@ class Store(Protocol):
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
         """Counts by (namespace, queue, state), hot and historical."""
+
+    # lanes
+    async def lane_rules(self, namespace: str) -> list[LaneRule]: ...
+
+    async def lane_rule_set(self, namespace: str, rule: LaneRule, now: float) -> None:
+        """Set a lane's or a prefix's rule; matching lanes follow it at once."""
+
+    async def lane_rule_delete(self, namespace: str, pattern: str, now: float) -> bool: ...
+
+    async def lane_view(self, namespace: str, lane: str) -> LaneView: ...
+
+    async def lane_ahead(self, namespace: str, lane: str, job_id: int) -> int:
+        """How many waiting jobs of the lane are ahead of ``job_id``."""
+
+    async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
+        """Lanes with hot jobs, busiest first, and halted lanes."""
 
     # maintenance (leader only)
     async def job_promote_due(self, now: float, limit: int) -> int: ...

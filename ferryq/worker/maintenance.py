@@ -71,6 +71,8 @@ class Maintenance:
             )
             for job in expired
         ]
+        for job, finish in zip(expired, finishes, strict=True):
+            finish.lane = job.lane
         report = await self.store.job_finish_many(finishes)
         if report.accepted:
             log.warning("recovered %d job(s) whose lease expired: %s",

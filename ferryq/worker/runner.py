@@ -196,6 +196,7 @@ class Worker:
         del self.active[attempt.job.id]
         assert self._producer is not None and self._completer is not None
         self._producer.slot_freed.set()
+        finish.lane = attempt.job.lane
         self._completer.add(finish)
 
     def _on_written(self, batch: list[Finish], report: FinishReport) -> None:

@@ -148,7 +148,7 @@ def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
         ("[]", ["--ttl", "0"], "--ttl"),
         ("[]", ["--unique-for", "10"], "--unique-for"),
         ("[]", ["--queue", "no spaces"], "--queue"),
-        ("[]", ["--lane", "post:1"], "lane"),
+        ("[]", ["--lane", ""], "lane"),
         ("[NaN]", [], "JSON"),
     ],
 )

@@ -85,7 +85,7 @@ WITH f AS (
 )
 INSERT INTO ferryq_history ({job_columns})
 SELECT {history_finish_columns} FROM moved j
-RETURNING id;
+RETURNING id, namespace, lane, state;
 
 -- name: job_cancel_if_requested
 -- An attempt that ends without success on a job whose cancellation was requested
@@ -97,7 +97,7 @@ WITH moved AS (
 )
 INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns} FROM moved j
-RETURNING id;
+RETURNING id, namespace, lane;
 
 -- name: job_requeue
 UPDATE ferryq_jobs
@@ -138,17 +138,25 @@ SELECT {claim_columns} FROM ferryq_jobs j
 WHERE state = 'running' AND lease_until < :now
 ORDER BY lease_until LIMIT :limit;
 
+-- name: job_expire_candidates
+SELECT id, namespace, lane FROM ferryq_jobs
+WHERE expires_at <= :now AND state IN ('scheduled', 'waiting', 'ready')
+ORDER BY expires_at LIMIT :limit;
+
 -- name: job_expire
+-- The candidates' lanes are locked by now; a row another transaction holds is left
+-- for the next round.
 WITH moved AS (
     DELETE FROM ferryq_jobs j
     WHERE j.id = ANY(ARRAY(SELECT id FROM ferryq_jobs
-                   WHERE expires_at <= :now AND state IN ('scheduled', 'waiting', 'ready')
-                   ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED))
+                   WHERE id = ANY(:ids::bigint[]) AND expires_at <= :now
+                     AND state IN ('scheduled', 'waiting', 'ready')
+                   FOR UPDATE SKIP LOCKED))
     RETURNING j.*
 )
 INSERT INTO ferryq_history ({job_columns})
 SELECT {history_expired_columns} FROM moved j
-RETURNING id;
+RETURNING id, namespace, lane;
 
 -- name: job_move_terminal
 WITH moved AS (
@@ -183,7 +191,7 @@ SELECT {respawn_columns} FROM moved j
 RETURNING id;
 
 -- name: job_purge
-DELETE FROM ferryq_history WHERE id = ANY(:ids::bigint[]) AND state = 'dead';
+DELETE FROM ferryq_history WHERE id = ANY(:ids::bigint[]) AND state = 'dead' RETURNING id;
 
 -- name: job_counts
 SELECT namespace, queue, state, count(*) FROM ferryq_jobs GROUP BY namespace, queue, state
@@ -225,3 +233,125 @@ FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune
 DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
+
+-- name: lane_lock
+-- Serialises the decisions about a lane (released at commit). Taken in key order, and
+-- before any job row, so two transactions never wait on each other in a circle.
+SELECT pg_advisory_xact_lock(s.k) FROM (
+    SELECT DISTINCT hashtextextended(t.n || '/' || t.l, 11) AS k
+    FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
+    ORDER BY k) s;
+
+-- name: lane_lock_jobs
+-- The same, for the lanes of jobs about to finish (a job's lane never changes).
+SELECT pg_advisory_xact_lock(s.k) FROM (
+    SELECT DISTINCT hashtextextended(namespace || '/' || lane, 11) AS k
+    FROM ferryq_jobs WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL
+    ORDER BY k) s;
+
+-- name: lane_of_job
+SELECT namespace, lane FROM ferryq_jobs WHERE id = :id AND lane IS NOT NULL;
+
+-- name: lane_of_history
+SELECT DISTINCT namespace, lane FROM ferryq_history
+WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL;
+
+-- name: lane_rules
+SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
+WHERE namespace = ANY(:namespaces::text[]);
+
+-- name: lane_rule_set
+INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)
+VALUES (:namespace, :pattern, :lane_limit, :on_dead, :now)
+ON CONFLICT (namespace, pattern) DO UPDATE SET lane_limit = excluded.lane_limit,
+    on_dead = excluded.on_dead, updated_at = excluded.updated_at;
+
+-- name: lane_rule_delete
+DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
+
+-- name: lane_halt
+INSERT INTO ferryq_lane_halts (namespace, lane, job_id, halted_at)
+SELECT t.n, t.l, t.j, :now::float8
+FROM unnest(:namespaces::text[], :lanes::text[], :job_ids::bigint[]) AS t(n, l, j)
+ON CONFLICT (namespace, lane) DO NOTHING;
+
+-- name: lane_release
+DELETE FROM ferryq_lane_halts WHERE job_id = ANY(:ids::bigint[]) RETURNING namespace, lane;
+
+-- name: lane_snapshot
+-- Per lane: the dead job halting it, its admitted jobs, its first :limits waiting jobs.
+-- Each is an index range of at most a limit's worth of rows, however long the lane.
+SELECT t.n, t.l,
+    (SELECT h.job_id FROM ferryq_lane_halts h WHERE h.namespace = t.n AND h.lane = t.l),
+    (SELECT coalesce(json_agg(json_build_array(j.id, j.state, j.claimed_at IS NOT NULL,
+                                               j.run_at, j.order_time) ORDER BY j.id), '[]')
+     FROM ferryq_jobs j
+     WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting')::text,
+    (SELECT coalesce(json_agg(json_build_array(w.id, w.run_at, w.order_time) ORDER BY w.id),
+                     '[]')
+     FROM (SELECT j.id, j.run_at, j.order_time FROM ferryq_jobs j
+           WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
+           ORDER BY j.id LIMIT t.k) w)::text
+FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
+
+-- name: lane_apply
+-- Admit and demote as planned (ferryq/lanes.py); wake workers for what became ready.
+WITH admitted AS (
+    UPDATE ferryq_jobs j SET state = a.state, run_at = a.run_at, order_time = a.order_time
+    FROM unnest(:ids::bigint[], :states::text[], :run_ats::float8[], :order_times::float8[])
+        AS a(id, state, run_at, order_time)
+    WHERE j.id = a.id AND j.state = 'waiting'
+    RETURNING j.queue, j.state
+), demoted AS (
+    UPDATE ferryq_jobs SET state = 'waiting'
+    WHERE id = ANY(:demote::bigint[]) AND state IN ('scheduled', 'ready')
+      AND claimed_at IS NULL
+    RETURNING id
+)
+SELECT pg_notify('ferryq_jobs', q.queue)
+FROM (SELECT DISTINCT queue FROM admitted WHERE state = 'ready') q;
+
+-- name: lane_ahead
+SELECT count(*) FROM ferryq_jobs
+WHERE namespace = :namespace AND lane = :lane AND state = 'waiting' AND id < :id;
+
+-- name: lane_names
+-- Lanes with hot jobs whose name starts with :prefix: one index step per lane in
+-- each lane index (a loose index scan), never a walk through a long lane. Every lane
+-- is stepped over, as a prefix is not a range in every collation.
+WITH RECURSIVE waiting(lane) AS (
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state = 'waiting' AND lane IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state = 'waiting' AND lane > w.lane)
+    FROM waiting w WHERE w.lane IS NOT NULL
+), held(lane) AS (
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state <> 'waiting' AND lane IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state <> 'waiting' AND lane > h.lane)
+    FROM held h WHERE h.lane IS NOT NULL
+)
+SELECT lane FROM waiting WHERE left(lane, length(:prefix)) = :prefix
+UNION
+SELECT lane FROM held WHERE left(lane, length(:prefix)) = :prefix;
+
+-- name: lane_list
+-- Lanes with hot jobs, busiest first: a scan of the hot table, for operators.
+SELECT j.lane,
+       count(*) FILTER (WHERE j.state = 'waiting'),
+       count(*) FILTER (WHERE j.state IN ('scheduled', 'ready')),
+       count(*) FILTER (WHERE j.state = 'running'),
+       min(h.job_id)
+FROM ferryq_jobs j
+LEFT JOIN ferryq_lane_halts h ON h.namespace = j.namespace AND h.lane = j.lane
+WHERE j.namespace = :namespace AND j.lane IS NOT NULL
+GROUP BY j.lane
+ORDER BY count(*) DESC, j.lane
+LIMIT :limit;
+
+-- name: lane_halts
+SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
+ORDER BY halted_at;

@@ -20,6 +20,7 @@ import asyncpg
 
 from ferryq.errors import InvalidTransition, JobNotFound, StoreError
 from ferryq.job import Job, State
+from ferryq.lanes import LaneRule, LaneView, rule_for
 from ferryq.store import base, safe_url
 from ferryq.store.base import (
     Claimed,
@@ -27,11 +28,12 @@ from ferryq.store.base import (
     FinishReport,
     Inserted,
     JobFilter,
+    LaneInfo,
     Leases,
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.postgres import partitions
+from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.sql import (
     held_leases,
@@ -223,7 +225,7 @@ class PostgresStore(base.Store):
         # Without dedup the insert is one statement, atomic by itself.
         return await self._session(
             lambda conn: insert_jobs(conn, job, args),
-            transaction=job.unique_key is not None,
+            transaction=job.unique_key is not None or job.lane is not None,
             idempotent=False,
         )
 
@@ -330,13 +332,80 @@ class PostgresStore(base.Store):
     async def job_respawn(
         self, job_ids: Sequence[int], now: float, expires_at: float | None = None
     ) -> list[int]:
-        rows = await self._fetch("job_respawn", ids=list(job_ids), now=now, expires_at=expires_at)
-        moved = {r[0] for r in rows}
+        async def respawn(conn: Conn) -> list[int]:
+            run = _runner(conn)
+            in_lanes = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_history"], ids=ids)}
+            await lanes.lock(run, in_lanes)
+            rows = await _run(conn, Q["job_respawn"], ids=ids, now=now, expires_at=expires_at)
+            moved = [r[0] for r in rows]
+            # A job in a lane comes back waiting, ahead of the later jobs by its id.
+            await lanes.settle(run, in_lanes | await lanes.release(run, moved), now)
+            return moved
+
+        ids = list(job_ids)
+        moved = set(await self._session(respawn))
         return [i for i in job_ids if i in moved]
 
     async def job_purge(self, job_ids: Sequence[int]) -> int:
-        status = await self._execute("job_purge", ids=list(job_ids))
-        return int(status.split()[-1])
+        async def purge(conn: Conn) -> int:
+            run = _runner(conn)
+            in_lanes = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_history"], ids=ids)}
+            await lanes.lock(run, in_lanes)
+            purged = [r[0] for r in await _run(conn, Q["job_purge"], ids=ids)]
+            await lanes.settle(run, await lanes.release(run, purged), time.time())
+            return len(purged)
+
+        ids = list(job_ids)
+        return await self._session(purge)
+
+    # -- lanes -------------------------------------------------------------------
+
+    async def lane_rules(self, namespace: str) -> list[LaneRule]:
+        return (await self._session(lambda conn: lanes.rules(_runner(conn), [namespace]))).get(
+            namespace, []
+        )
+
+    async def lane_rule_set(self, namespace: str, rule: LaneRule, now: float) -> None:
+        async def set_rule(conn: Conn) -> None:
+            await _run(conn, Q["lane_rule_set"], namespace=namespace, pattern=rule.pattern,
+                       lane_limit=rule.limit, on_dead=rule.on_dead, now=now)  # fmt: skip
+            await lanes.settle(_runner(conn), await _matching(conn, namespace, rule.pattern), now)
+
+        await self._session(set_rule)
+
+    async def lane_rule_delete(self, namespace: str, pattern: str, now: float) -> bool:
+        async def delete(conn: Conn) -> bool:
+            status = await conn.execute(Q["lane_rule_delete"].sql, namespace, pattern)
+            if status.split()[-1] == "0":
+                return False
+            await lanes.settle(_runner(conn), await _matching(conn, namespace, pattern), now)
+            return True
+
+        return await self._session(delete)
+
+    async def lane_view(self, namespace: str, lane: str) -> LaneView:
+        found = await self._session(lambda conn: lanes.views(_runner(conn), [(namespace, lane)]))
+        return found[0]
+
+    async def lane_ahead(self, namespace: str, lane: str, job_id: int) -> int:
+        rows = await self._fetch("lane_ahead", namespace=namespace, lane=lane, id=job_id)
+        return int(rows[0][0])
+
+    async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
+        async def listing(conn: Conn) -> list[LaneInfo]:
+            rules = (await lanes.rules(_runner(conn), [namespace])).get(namespace, [])
+            rows = await _run(conn, Q["lane_list"], namespace=namespace, limit=limit)
+            found = [
+                LaneInfo(lane, waiting, admitted, running, halted_by, rule_for(rules, lane))
+                for lane, waiting, admitted, running, halted_by in rows
+            ]
+            listed = {info.lane for info in found}
+            for lane, job_id, _ in await _run(conn, Q["lane_halts"], namespace=namespace):
+                if lane not in listed:
+                    found.append(LaneInfo(lane, 0, 0, 0, job_id, rule_for(rules, lane)))
+            return found
+
+        return await self._session(listing, isolation="repeatable_read")
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
         totals: dict[tuple[str, str, str], int] = {}
@@ -356,7 +425,15 @@ class PostgresStore(base.Store):
         return [Claimed(*row) for row in rows]
 
     async def job_expire(self, now: float, limit: int) -> list[int]:
-        return sorted(r[0] for r in await self._fetch("job_expire", now=now, limit=limit))
+        async def expire(conn: Conn) -> list[int]:
+            run = _runner(conn)
+            found = await _run(conn, Q["job_expire_candidates"], now=now, limit=limit)
+            await lanes.lock(run, {(r[1], r[2]) for r in found if r[2] is not None})
+            moved = await _run(conn, Q["job_expire"], ids=[r[0] for r in found], now=now)
+            await lanes.settle(run, {(r[1], r[2]) for r in moved if r[2] is not None}, now)
+            return sorted(r[0] for r in moved)
+
+        return await self._session(expire)
 
     async def history_ensure_partitions(self, now: float) -> None:
         await self._session(lambda conn: partitions.ensure(conn, now), transaction=False)
@@ -456,6 +533,10 @@ async def _migrate(conn: Conn) -> list[int]:
     return applied
 
 
+def _runner(conn: Conn) -> lanes.Run:
+    return lambda statement, params: _run(conn, statement, **params)
+
+
 async def _reset(conn: Conn) -> None:
     """What a connection needs on its way back to the pool: nothing, but for a
     transaction an operation was cut off in. Pooled connections hold no session state
@@ -470,9 +551,9 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
 
 
 async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    """Insert on ``conn`` (asyncpg), with one NOTIFY for all. With a unique_key it must
-    be inside a transaction, which holds the key's lock until it ends."""
-    return await insert_with(lambda statement, params: _run(conn, statement, **params), job, args)
+    """Insert on ``conn`` (asyncpg), with one NOTIFY for all. With a unique_key or a
+    lane it must be inside a transaction, which holds their locks until it ends."""
+    return await insert_with(_runner(conn), job, args)
 
 
 async def insert_with(
@@ -484,6 +565,9 @@ async def insert_with(
     if not args:
         return []
     total = len(args)
+    lane = None if job.lane is None else {(job.namespace, job.lane)}
+    if lane is not None:  # before any row: see ferryq.store.postgres.lanes
+        await lanes.lock(run, lane)
     if job.unique_key is not None:
         key = {"namespace": job.namespace, "unique_key": job.unique_key}
         await run(Q["job_lock_unique"], key)
@@ -497,6 +581,8 @@ async def insert_with(
     params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
     params.update(state=job.state.value, args=list(args))
     ids: list[int] = (await run(Q["job_insert_batch"], params))[0][0]
+    if lane is not None:  # inserted waiting: the lane admits what it has room for
+        await lanes.settle(run, lane, job.created_at)
     if job.unique_key is not None:
         return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
     return [Inserted(i, True) for i in ids]
@@ -515,7 +601,10 @@ async def _claim(
 
 
 async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
-    accepted: list[int] = []
+    run = _runner(conn)
+    if any(f.lane is not None for f in finishes):  # lanes first, rows after
+        await lanes.lock_jobs(run, [f.id for f in finishes])
+    ended = _Ended()
     to_history = [f for f in finishes if f.kind in _TO_HISTORY]
     if to_history:
         rows = await _run(
@@ -526,18 +615,21 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
             started=[f.started_at for f in to_history],
             finished=[f.finished_at for f in to_history],
         )  # fmt: skip
-        accepted.extend(r[0] for r in rows)
+        for job_id, namespace, lane, state in rows:
+            ended.add(job_id, namespace, lane, state)
     for finish in finishes:
         if finish.kind in _TO_HISTORY:
             continue
         cancel = {"id": finish.id, "fence": finish.fence, "state": "cancelled",
                   "now": finish.finished_at}  # fmt: skip
-        if await _run(conn, Q["job_cancel_if_requested"], **cancel):
-            accepted.append(finish.id)
+        if cancelled := await _run(conn, Q["job_cancel_if_requested"], **cancel):
+            ended.add(finish.id, cancelled[0][1], cancelled[0][2], "cancelled")
             continue
         name, params = requeue_statement(finish)
-        accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
-    done = set(accepted)
+        ended.accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
+    if ended.lanes:
+        await lanes.settle(run, ended.lanes, max(f.finished_at for f in finishes), ended.dead)
+    done = set(ended.accepted)
     stale = [f.id for f in finishes if f.id not in done]
     if stale:
         log.warning("rejected %d stale completion(s) (fencing token no longer current): %s",
@@ -547,7 +639,27 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
     return FinishReport([f.id for f in finishes if f.id in done], stale)
 
 
+class _Ended:
+    """What a batch of finishes did: the jobs it moved, the lanes that have room now,
+    and the deaths that may halt a lane."""
+
+    def __init__(self) -> None:
+        self.accepted: list[int] = []
+        self.lanes: set[lanes.Key] = set()
+        self.dead: dict[lanes.Key, list[int]] = {}
+
+    def add(self, job_id: int, namespace: str, lane: str | None, state: str) -> None:
+        self.accepted.append(job_id)
+        if lane is not None:
+            self.lanes.add((namespace, lane))
+            if state == "dead":
+                self.dead.setdefault((namespace, lane), []).append(job_id)
+
+
 async def _cancel(conn: Conn, job_id: int, now: float) -> Job:
+    run = _runner(conn)
+    in_lane = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_job"], id=job_id)}
+    await lanes.lock(run, in_lane)  # the lane before the row
     await _run(conn, Q["job_lock"], id=job_id)
     job = await _get(conn, job_id)
     if job is None:
@@ -556,11 +668,20 @@ async def _cancel(conn: Conn, job_id: int, now: float) -> Job:
         await _run(conn, Q["job_request_cancel"], id=job_id)
     elif not job.terminal:
         await _run(conn, Q["job_move_terminal"], id=job_id, state="cancelled", now=now)
+        await lanes.settle(run, in_lane, now)
     elif job.state != State.CANCELLED:
         raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
     found = await _get(conn, job_id)
     assert found is not None
     return found
+
+
+async def _matching(conn: Conn, namespace: str, pattern: str) -> set[lanes.Key]:
+    """The lanes with hot jobs that a rule's pattern names."""
+    if not pattern.endswith("*"):
+        return {(namespace, pattern)}
+    rows = await _run(conn, Q["lane_names"], namespace=namespace, prefix=pattern[:-1])
+    return {(namespace, r[0]) for r in rows}
 
 
 async def _get(conn: Conn, job_id: int) -> Job | None:

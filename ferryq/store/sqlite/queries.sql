@@ -194,3 +194,98 @@ FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune
 DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
+
+-- name: lane_of_jobs
+-- The lanes of the jobs about to finish (a lane never changes, so no lock is needed).
+SELECT id, namespace, lane FROM ferryq_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND lane IS NOT NULL;
+
+-- name: lane_rules
+SELECT pattern, lane_limit, on_dead FROM ferryq_lane_rules WHERE namespace = :namespace;
+
+-- name: lane_rules_all
+SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
+ORDER BY namespace, pattern;
+
+-- name: lane_rule_set
+INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)
+VALUES (:namespace, :pattern, :lane_limit, :on_dead, :now)
+ON CONFLICT (namespace, pattern) DO UPDATE SET lane_limit = excluded.lane_limit,
+    on_dead = excluded.on_dead, updated_at = excluded.updated_at;
+
+-- name: lane_rule_delete
+DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
+
+-- name: lane_halted_by
+SELECT job_id FROM ferryq_lane_halts WHERE namespace = :namespace AND lane = :lane;
+
+-- name: lane_held
+-- The lane's admitted jobs: at most its limit (or an older, higher one) of them.
+SELECT id, state, claimed_at IS NOT NULL, run_at, order_time FROM ferryq_jobs
+WHERE namespace = :namespace AND lane = :lane AND state <> 'waiting'
+ORDER BY id;
+
+-- name: lane_waiting
+SELECT id, run_at, order_time FROM ferryq_jobs
+WHERE namespace = :namespace AND lane = :lane AND state = 'waiting'
+ORDER BY id LIMIT :limit;
+
+-- name: lane_admit
+UPDATE ferryq_jobs SET state = :state, run_at = :run_at, order_time = :order_time
+WHERE id = :id AND state = 'waiting';
+
+-- name: lane_demote
+UPDATE ferryq_jobs SET state = 'waiting'
+WHERE id = :id AND state IN ('scheduled', 'ready') AND claimed_at IS NULL;
+
+-- name: lane_halt
+INSERT INTO ferryq_lane_halts (namespace, lane, job_id, halted_at)
+VALUES (:namespace, :lane, :job_id, :now)
+ON CONFLICT (namespace, lane) DO NOTHING;
+
+-- name: lane_release
+-- Respawning or purging the dead job that halted a lane releases it.
+DELETE FROM ferryq_lane_halts WHERE job_id IN (SELECT value FROM json_each(:ids))
+RETURNING namespace, lane;
+
+-- name: lane_ahead
+SELECT count(*) FROM ferryq_jobs
+WHERE namespace = :namespace AND lane = :lane AND state = 'waiting' AND id < :id;
+
+-- name: lane_names
+-- Lanes with hot jobs whose name starts with :prefix: one index seek per lane in each
+-- lane index, never a walk through a long lane.
+WITH RECURSIVE waiting(lane) AS (
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state = 'waiting' AND lane >= :prefix)
+    UNION ALL
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state = 'waiting' AND lane > waiting.lane)
+    FROM waiting WHERE substr(waiting.lane, 1, length(:prefix)) = :prefix
+), held(lane) AS (
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state <> 'waiting' AND lane >= :prefix)
+    UNION ALL
+    SELECT (SELECT min(lane) FROM ferryq_jobs
+            WHERE namespace = :namespace AND state <> 'waiting' AND lane > held.lane)
+    FROM held WHERE substr(held.lane, 1, length(:prefix)) = :prefix
+)
+SELECT lane FROM waiting WHERE substr(lane, 1, length(:prefix)) = :prefix
+UNION
+SELECT lane FROM held WHERE substr(lane, 1, length(:prefix)) = :prefix;
+
+-- name: lane_list
+-- Lanes with hot jobs, busiest first: a scan of the hot table, for operators.
+SELECT j.lane,
+       sum(j.state = 'waiting'), sum(j.state IN ('scheduled', 'ready')),
+       sum(j.state = 'running'), h.job_id
+FROM ferryq_jobs j
+LEFT JOIN ferryq_lane_halts h ON h.namespace = j.namespace AND h.lane = j.lane
+WHERE j.namespace = :namespace AND j.lane IS NOT NULL
+GROUP BY j.lane
+ORDER BY count(*) DESC, j.lane
+LIMIT :limit;
+
+-- name: lane_halts
+SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
+ORDER BY halted_at;

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from ferryq import lanes
 from ferryq.errors import ConfigurationError, InvalidTransition, JobNotFound, StoreError
 from ferryq.job import Job, State
+from ferryq.lanes import Candidate, Held, LaneRule, LaneView
 from ferryq.store import base
 from ferryq.store.base import (
     Claimed,
@@ -30,6 +32,7 @@ from ferryq.store.base import (
     FinishReport,
     Inserted,
     JobFilter,
+    LaneInfo,
     Leases,
     NewJob,
     WorkerInfo,
@@ -283,13 +286,20 @@ class SQLiteStore(base.Store):
                 if conn.execute(Q["job_respawn"], params).rowcount:
                     conn.execute(Q["history_delete"], {"id": job_id})
                     moved.append(job_id)
+            # A job in a lane comes back waiting, ahead of the later jobs by its id.
+            back = {
+                (r[1], r[2]) for r in conn.execute(Q["lane_of_jobs"], {"ids": json.dumps(moved)})
+            }
+            _settle(conn, back | _release(conn, moved), now)
             return moved
 
         return await self._call(self._write, respawn)
 
     async def job_purge(self, job_ids: Sequence[int]) -> int:
         def purge(conn: sqlite3.Connection) -> int:
-            return sum(conn.execute(Q["job_purge"], {"id": i}).rowcount for i in job_ids)
+            purged = [i for i in job_ids if conn.execute(Q["job_purge"], {"id": i}).rowcount]
+            _settle(conn, _release(conn, purged), time.time())
+            return len(purged)
 
         return await self._call(self._write, purge)
 
@@ -302,6 +312,59 @@ class SQLiteStore(base.Store):
             return totals
 
         return await self._call(self._read, counts)
+
+    # -- lanes -------------------------------------------------------------------
+
+    async def lane_rules(self, namespace: str) -> list[LaneRule]:
+        return await self._call(self._read, lambda conn: _rules(conn, namespace))
+
+    async def lane_rule_set(self, namespace: str, rule: LaneRule, now: float) -> None:
+        def set_rule(conn: sqlite3.Connection) -> None:
+            params = {"namespace": namespace, "pattern": rule.pattern, "lane_limit": rule.limit,
+                      "on_dead": rule.on_dead, "now": now}  # fmt: skip
+            conn.execute(Q["lane_rule_set"], params)
+            _settle(conn, _matching(conn, namespace, rule.pattern), now)
+
+        await self._call(self._write, set_rule)
+
+    async def lane_rule_delete(self, namespace: str, pattern: str, now: float) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            params = {"namespace": namespace, "pattern": pattern}
+            if not conn.execute(Q["lane_rule_delete"], params).rowcount:
+                return False
+            _settle(conn, _matching(conn, namespace, pattern), now)
+            return True
+
+        return await self._call(self._write, delete)
+
+    async def lane_view(self, namespace: str, lane: str) -> LaneView:
+        def view(conn: sqlite3.Connection) -> LaneView:
+            return _view(conn, namespace, lane, lanes.rule_for(_rules(conn, namespace), lane))
+
+        return await self._call(self._read, view)
+
+    async def lane_ahead(self, namespace: str, lane: str, job_id: int) -> int:
+        params = {"namespace": namespace, "lane": lane, "id": job_id}
+        return await self._call(
+            self._read, lambda conn: int(conn.execute(Q["lane_ahead"], params).fetchone()[0])
+        )
+
+    async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
+        def listing(conn: sqlite3.Connection) -> list[LaneInfo]:
+            rules = _rules(conn, namespace)
+            found = [
+                LaneInfo(lane, waiting, admitted, running, halted_by, lanes.rule_for(rules, lane))
+                for lane, waiting, admitted, running, halted_by in conn.execute(
+                    Q["lane_list"], {"namespace": namespace, "limit": limit}
+                )
+            ]
+            listed = {info.lane for info in found}
+            for lane, job_id, _ in conn.execute(Q["lane_halts"], {"namespace": namespace}):
+                if lane not in listed:
+                    found.append(LaneInfo(lane, 0, 0, 0, job_id, lanes.rule_for(rules, lane)))
+            return found
+
+        return await self._call(self._read, listing)
 
     # -- maintenance -------------------------------------------------------------
 
@@ -427,6 +490,8 @@ def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> 
     count = conn.execute(Q["job_insert"], params).rowcount
     last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
     first = last - count + 1
+    if job.lane is not None:  # inserted waiting: the lane admits what it has room for
+        _settle(conn, {(job.namespace, job.lane)}, job.created_at)
     if job.unique_key is not None:
         return [Inserted(first, True)] + [Inserted(first, False)] * (total - 1)
     return [Inserted(i, True) for i in range(first, last + 1)]
@@ -485,6 +550,8 @@ def _pick_ready(
 def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> FinishReport:
     accepted: list[int] = []
     stale: list[int] = []
+    ids = json.dumps([f.id for f in finishes])
+    in_lanes = {r[0]: (r[1], r[2]) for r in conn.execute(Q["lane_of_jobs"], {"ids": ids})}
     to_history = [f for f in finishes if f.kind in _TO_HISTORY]
     if to_history:
         batch = json.dumps([_history_row(f) for f in to_history])
@@ -508,6 +575,8 @@ def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> Finish
             continue
         statement, params = requeue_statement(finish)
         (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
+    if in_lanes:
+        _settle_finished(conn, finishes, set(accepted), in_lanes)
     if stale:
         log.warning(
             "rejected %d stale completion(s) (fencing token no longer current): %s",
@@ -515,6 +584,27 @@ def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> Finish
             stale[:20],
         )
     return FinishReport(accepted, stale)
+
+
+def _settle_finished(
+    conn: sqlite3.Connection,
+    finishes: Sequence[Finish],
+    accepted: set[int],
+    in_lanes: dict[int, tuple[str, str]],
+) -> None:
+    """Lanes whose jobs ended make room; a death may halt its lane."""
+    ended: set[tuple[str, str]] = set()
+    dead: dict[tuple[str, str], list[int]] = {}
+    now = 0.0
+    for finish in finishes:
+        key = in_lanes.get(finish.id)
+        if key is None or finish.id not in accepted:
+            continue
+        now = max(now, finish.finished_at)
+        ended.add(key)  # a requeued job keeps its place: settling changes nothing then
+        if finish.kind == "dead":
+            dead.setdefault(key, []).append(finish.id)
+    _settle(conn, ended, now, dead)
 
 
 def _finish_one_by_one(
@@ -547,10 +637,75 @@ def _history_params(finish: Finish) -> dict[str, Any]:
 
 def _move_terminal(conn: sqlite3.Connection, job_id: int, state: State, now: float) -> bool:
     params = {"id": job_id, "state": state.value, "now": now}
+    in_lane = conn.execute(Q["lane_of_jobs"], {"ids": f"[{job_id}]"}).fetchone()
     if conn.execute(Q["job_move_terminal"], params).rowcount:
         conn.execute(Q["job_delete"], {"id": job_id})
+        if in_lane is not None:
+            _settle(conn, {(in_lane[1], in_lane[2])}, now)
         return True
     return False
+
+
+# -- lanes ---------------------------------------------------------------------
+
+
+def _settle(
+    conn: sqlite3.Connection,
+    keys: set[tuple[str, str]],
+    now: float,
+    dead: dict[tuple[str, str], list[int]] | None = None,
+) -> None:
+    """Bring each lane to what its rule allows (see ferryq.lanes): halt it behind a
+    new dead job if its policy says so, demote, admit."""
+    rules: dict[str, list[LaneRule]] = {}
+    for namespace, lane in sorted(keys):
+        if namespace not in rules:
+            rules[namespace] = _rules(conn, namespace)
+        rule = lanes.rule_for(rules[namespace], lane)
+        if dead and rule.on_dead == "halt" and (key_dead := dead.get((namespace, lane))):
+            conn.execute(Q["lane_halt"], {"namespace": namespace, "lane": lane,
+                                          "job_id": min(key_dead), "now": now})  # fmt: skip
+        _apply(conn, lanes.plan(_view(conn, namespace, lane, rule), now))
+
+
+def _rules(conn: sqlite3.Connection, namespace: str) -> list[LaneRule]:
+    rows = conn.execute(Q["lane_rules"], {"namespace": namespace})
+    return [LaneRule(pattern, limit, on_dead) for pattern, limit, on_dead in rows]
+
+
+def _view(conn: sqlite3.Connection, namespace: str, lane: str, rule: LaneRule) -> LaneView:
+    key = {"namespace": namespace, "lane": lane}
+    halted = conn.execute(Q["lane_halted_by"], key).fetchone()
+    held = [
+        Held(i, State(state), bool(started), run_at, order)
+        for i, state, started, run_at, order in conn.execute(Q["lane_held"], key)
+    ]
+    waiting_rows = conn.execute(Q["lane_waiting"], {**key, "limit": rule.limit})
+    waiting = [Candidate(*row) for row in waiting_rows]
+    return LaneView(namespace, lane, rule, None if halted is None else halted[0], held, waiting)
+
+
+def _apply(conn: sqlite3.Connection, plan: lanes.Plan) -> None:
+    for job_id in plan.demote:
+        conn.execute(Q["lane_demote"], {"id": job_id})
+    for admit in plan.admit:
+        params = {"id": admit.id, "state": admit.state.value, "run_at": admit.run_at,
+                  "order_time": admit.order_time}  # fmt: skip
+        conn.execute(Q["lane_admit"], params)
+
+
+def _matching(conn: sqlite3.Connection, namespace: str, pattern: str) -> set[tuple[str, str]]:
+    """The lanes with hot jobs that a rule's pattern names."""
+    if not pattern.endswith("*"):
+        return {(namespace, pattern)}
+    params = {"namespace": namespace, "prefix": pattern[:-1]}
+    return {(namespace, row[0]) for row in conn.execute(Q["lane_names"], params)}
+
+
+def _release(conn: sqlite3.Connection, job_ids: Sequence[int]) -> set[tuple[str, str]]:
+    """Lift the halts these dead jobs put on their lanes; return those lanes."""
+    rows = conn.execute(Q["lane_release"], {"ids": json.dumps(list(job_ids))}).fetchall()
+    return {(r[0], r[1]) for r in rows}
 
 
 def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:

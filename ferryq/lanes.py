@@ -1,0 +1,161 @@
+"""Lanes: which jobs of a lane may leave ``waiting``, decided the same on every backend.
+
+A lane's jobs are *admitted* in id order, at most its limit at a time: an admitted
+job is ``scheduled``, ``ready`` or ``running``; the others are ``waiting``. A job
+leaves the admitted set only by reaching a terminal state (a retry keeps its place),
+and then the next waiting job is admitted. Nothing is stored per lane: the admitted
+set is the lane's non-waiting hot jobs, found through an index, so every decision
+reads at most ``limit`` admitted jobs and ``limit`` waiting ones, however long the
+lane or however many lanes there are.
+
+Start order is id order, also when the limit is above one: a job admitted behind one
+that has not started yet is given that job's order time (and due time, if it is
+delayed) when they are later than its own, so a claim, which takes the smallest
+``(order_time, id)`` first, cannot start it earlier.
+
+The stores read a lane into a :class:`LaneView` (under a per-lane lock on
+PostgreSQL; SQLite has one writer) and apply the :class:`Plan` that :func:`plan`
+returns. This module holds no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ferryq.job import State
+
+OnDead = Literal["continue", "halt"]
+ON_DEAD: tuple[OnDead, ...] = ("continue", "halt")
+DEFAULT_LIMIT = 1
+MAX_LIMIT = 100_000
+MAX_LANE_LENGTH = 255
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRule:
+    """A limit and failure policy for one lane (``post:42``) or a prefix (``tenant:*``)."""
+
+    pattern: str
+    limit: int = DEFAULT_LIMIT
+    on_dead: OnDead = "continue"
+
+    @property
+    def is_prefix(self) -> bool:
+        return self.pattern.endswith("*")
+
+    def matches(self, lane: str) -> bool:
+        if self.is_prefix:
+            return lane.startswith(self.pattern[:-1])
+        return lane == self.pattern
+
+
+DEFAULT_RULE = LaneRule("*")
+
+
+def check_rule(pattern: str, limit: int, on_dead: str) -> LaneRule:
+    """A validated rule; ValueError naming what is wrong."""
+    if not isinstance(pattern, str) or not 0 < len(pattern) <= MAX_LANE_LENGTH:
+        raise ValueError(f"lane pattern must be 1 to {MAX_LANE_LENGTH} characters")
+    if "*" in pattern[:-1]:
+        raise ValueError(f"lane pattern {pattern!r}: '*' may only end a pattern (tenant:*)")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"lane limit must be an integer from 1 to {MAX_LIMIT}, not {limit!r}")
+    if on_dead not in ON_DEAD:
+        raise ValueError(f"on_dead must be 'continue' or 'halt', not {on_dead!r}")
+    return LaneRule(pattern, limit, on_dead)
+
+
+def rule_for(rules: Iterable[LaneRule], lane: str) -> LaneRule:
+    """The lane's own rule, else the longest matching prefix, else the default (1)."""
+    best: LaneRule | None = None
+    for rule in rules:
+        if not rule.matches(lane):
+            continue
+        if not rule.is_prefix:
+            return rule
+        if best is None or len(rule.pattern) > len(best.pattern):
+            best = rule
+    return best or DEFAULT_RULE
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An admitted job: scheduled, ready or running."""
+
+    id: int
+    state: State
+    started: bool  # claimed at least once since it entered the lane (running is)
+    run_at: float
+    order_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A waiting job, as admission needs it."""
+
+    id: int
+    run_at: float
+    order_time: float
+
+
+@dataclass(slots=True)
+class LaneView:
+    namespace: str
+    lane: str
+    rule: LaneRule
+    halted_by: int | None
+    held: list[Held]  # in id order
+    waiting: list[Candidate]  # the first ``rule.limit`` waiting jobs, in id order
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    id: int
+    state: State  # ready, or scheduled while it (or the job ahead of it) is not due
+    run_at: float
+    order_time: float
+
+
+@dataclass(slots=True)
+class Plan:
+    admit: list[Admit] = field(default_factory=list)
+    demote: list[int] = field(default_factory=list)  # admitted, not started: back to waiting
+
+    def __bool__(self) -> bool:
+        return bool(self.admit or self.demote)
+
+
+def plan(view: LaneView, now: float) -> Plan:
+    """What to change so the lane holds exactly what its rule allows."""
+    result = Plan()
+    held = list(view.held)
+    # A halted lane keeps only what already started; a lowered limit applies to jobs
+    # not started yet. Either way, the last admitted unstarted jobs step back.
+    keep = 0 if view.halted_by is not None else view.rule.limit
+    for job in reversed(view.held):
+        if len(held) <= keep:
+            break
+        if not job.started:
+            held.remove(job)
+            result.demote.append(job.id)
+    if view.halted_by is not None:
+        return result
+    room = view.rule.limit - len(held)
+    unstarted = [j for j in held if not j.started]
+    floor_order = max((j.order_time for j in unstarted), default=None)
+    floor_due = max((j.run_at for j in unstarted if j.state == State.SCHEDULED), default=None)
+    for waiting in view.waiting[: max(room, 0)]:
+        order_time = waiting.order_time
+        if floor_order is not None:
+            order_time = max(order_time, floor_order)
+        run_at = waiting.run_at
+        if floor_due is not None and floor_due > now and floor_due > run_at:
+            run_at = floor_due
+        state = State.SCHEDULED if run_at > now else State.READY
+        result.admit.append(Admit(waiting.id, state, run_at, order_time))
+        floor_order = order_time
+        if state == State.SCHEDULED:
+            floor_due = run_at if floor_due is None else max(floor_due, run_at)
+    return result

@@ -1,0 +1,110 @@
+"""Lanes on PostgreSQL: the rule of ferryq.lanes, applied to many lanes in few statements.
+
+Every transaction that changes which jobs a lane holds first takes the lane's
+advisory lock (``lane_lock``), before it touches any job row, so concurrent enqueues,
+finishes, cancels and expiries of one lane decide one after another, and never in a
+circle. Settling a batch of lanes is four statements whatever their number: lock,
+rules, snapshot, apply. The functions take a ``Run`` so the same code serves the
+store's pool and an application's own connection (transactional enqueue).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from ferryq import lanes
+from ferryq.job import State
+from ferryq.lanes import Candidate, Held, LaneRule, LaneView
+from ferryq.store.postgres.queries import Q, Statement
+
+Run = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
+Key = tuple[str, str]  # (namespace, lane)
+
+
+async def lock(run: Run, keys: Collection[Key]) -> None:
+    if keys:
+        namespaces, names = zip(*sorted(keys), strict=True)
+        await run(Q["lane_lock"], {"namespaces": list(namespaces), "lanes": list(names)})
+
+
+async def lock_jobs(run: Run, job_ids: Sequence[int]) -> None:
+    await run(Q["lane_lock_jobs"], {"ids": list(job_ids)})
+
+
+async def rules(run: Run, namespaces: Iterable[str]) -> dict[str, list[LaneRule]]:
+    found: dict[str, list[LaneRule]] = {}
+    for namespace, pattern, limit, on_dead in await run(
+        Q["lane_rules"], {"namespaces": sorted(set(namespaces))}
+    ):
+        found.setdefault(namespace, []).append(LaneRule(pattern, limit, on_dead))
+    return found
+
+
+async def views(run: Run, keys: Collection[Key]) -> list[LaneView]:
+    ordered = sorted(keys)
+    by_namespace = await rules(run, (namespace for namespace, _ in ordered))
+    chosen = {key: lanes.rule_for(by_namespace.get(key[0], ()), key[1]) for key in ordered}
+    rows = await run(Q["lane_snapshot"], {
+        "namespaces": [n for n, _ in ordered], "lanes": [lane for _, lane in ordered],
+        "limits": [chosen[key].limit for key in ordered],
+    })  # fmt: skip
+    return [
+        LaneView(
+            namespace,
+            lane,
+            chosen[(namespace, lane)],
+            halted_by,
+            [Held(i, State(st), started, due, order) for i, st, started, due, order in _rows(held)],
+            [Candidate(i, due, order) for i, due, order in _rows(waiting)],
+        )
+        for namespace, lane, halted_by, held, waiting in rows
+    ]
+
+
+async def settle(
+    run: Run, keys: Collection[Key], now: float, dead: Mapping[Key, list[int]] | None = None
+) -> None:
+    """Bring each lane to what its rule allows: halt it behind a new dead job if its
+    policy says so, then demote and admit. Takes the lanes' locks if not yet held."""
+    if not keys:
+        return
+    await lock(run, keys)
+    found = await views(run, keys)
+    halting = [
+        (view, min(dead[(view.namespace, view.lane)]))
+        for view in found
+        if dead and view.rule.on_dead == "halt" and dead.get((view.namespace, view.lane))
+    ]
+    if halting:
+        await run(Q["lane_halt"], {
+            "namespaces": [v.namespace for v, _ in halting], "lanes": [v.lane for v, _ in halting],
+            "job_ids": [job_id for _, job_id in halting], "now": now,
+        })  # fmt: skip
+        for view, job_id in halting:
+            if view.halted_by is None:
+                view.halted_by = job_id
+    admit: list[lanes.Admit] = []
+    demote: list[int] = []
+    for view in found:
+        plan = lanes.plan(view, now)
+        admit.extend(plan.admit)
+        demote.extend(plan.demote)
+    if admit or demote:
+        await run(Q["lane_apply"], {
+            "ids": [a.id for a in admit], "states": [a.state.value for a in admit],
+            "run_ats": [a.run_at for a in admit], "order_times": [a.order_time for a in admit],
+            "demote": demote,
+        })  # fmt: skip
+
+
+async def release(run: Run, job_ids: Sequence[int]) -> set[Key]:
+    """Lift the halts these dead jobs put on their lanes; return those lanes."""
+    rows = await run(Q["lane_release"], {"ids": list(job_ids)})
+    return {(r[0], r[1]) for r in rows}
+
+
+def _rows(text: str | list[Any]) -> list[Any]:
+    # asyncpg returns json as text; psycopg decodes it.
+    return json.loads(text) if isinstance(text, str) else text
