@@ -332,7 +332,7 @@ class App:
         return self.portal_call(self.respawn_async(job_ids, ttl))
 
     async def purge_async(self, job_ids: Sequence[int]) -> int:
-        return await (await self.store()).job_purge(job_ids)
+        return await (await self.store()).job_purge(job_ids, self.clock())
 
     def purge(self, job_ids: Sequence[int]) -> int:
         return self.portal_call(self.purge_async(job_ids))

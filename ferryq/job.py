@@ -52,12 +52,18 @@ class Event(enum.StrEnum):
     CANCEL = "cancel"
     EXPIRE = "ttl passed before it ran"
     RESPAWN = "respawn / retry by an operator"
+    ENQUEUE_IN_LANE = "enqueue into a lane that is full"
+    ADMIT = "its lane has room (due)"
+    ADMIT_DELAYED = "its lane has room (not due, or behind a job not due)"
+    STEP_BACK = "not started, and its lane's limit lowered or the lane halted"
+    RESPAWN_IN_LANE = "respawn into a lane that is full"
 
 
 S, E = State, Event
 
-#: (from, event) -> to. Anything absent is not allowed. ``waiting`` (held behind a
-#: lane) has no transitions yet: it arrives with lanes.
+#: (from, event) -> to. Anything absent is not allowed. A job enqueued into a lane with
+#: room, or respawned into one, is admitted in the same transaction: it is seen going
+#: straight to ready or scheduled, as without a lane.
 TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (None, E.ENQUEUE_DUE): S.READY,
     (None, E.ENQUEUE_DELAYED): S.SCHEDULED,
@@ -81,6 +87,14 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.DEAD, E.RESPAWN): S.READY,
     (S.CANCELLED, E.RESPAWN): S.READY,
     (S.EXPIRED, E.RESPAWN): S.READY,
+    (None, E.ENQUEUE_IN_LANE): S.WAITING,
+    (S.WAITING, E.ADMIT): S.READY,
+    (S.WAITING, E.ADMIT_DELAYED): S.SCHEDULED,
+    (S.READY, E.STEP_BACK): S.WAITING,
+    (S.SCHEDULED, E.STEP_BACK): S.WAITING,
+    (S.WAITING, E.CANCEL): S.CANCELLED,
+    (S.WAITING, E.EXPIRE): S.EXPIRED,
+    (S.DEAD, E.RESPAWN_IN_LANE): S.WAITING,
 }
 
 

@@ -221,8 +221,8 @@ class Store(Protocol):
     ) -> list[int]:
         """Queue terminal jobs again with a fresh try count; return the ids moved."""
 
-    async def job_purge(self, job_ids: Sequence[int]) -> int:
-        """Delete dead jobs from the dead letters."""
+    async def job_purge(self, job_ids: Sequence[int], now: float) -> int:
+        """Delete dead jobs from the dead letters (releasing lanes they halted)."""
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
         """Counts by (namespace, queue, state), hot and historical."""

@@ -18,7 +18,11 @@ def new_job(now: float, **fields: Any) -> NewJob:
         "namespace": NS,
         "queue": "default",
         "task": "t",
-        "state": State.SCHEDULED if delay > 0 else State.READY,
+        "state": State.WAITING
+        if fields.get("lane")
+        else State.SCHEDULED
+        if delay > 0
+        else State.READY,
         "run_at": run_at,
         "order_time": run_at - priority,
         "created_at": now,

@@ -149,7 +149,7 @@ async def test_purge_deletes_only_dead_jobs(store: Store) -> None:
     dead = await insert(store, NOW, max_tries=1)
     await _finish_dead(store, dead, NOW)
     alive = await insert(store, NOW)
-    assert await store.job_purge([dead, alive]) == 1
+    assert await store.job_purge([dead, alive], NOW) == 1
     assert await store.job_get(dead) is None and await store.job_get(alive) is not None
 
 

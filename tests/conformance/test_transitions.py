@@ -14,7 +14,8 @@ from ferryq.job import TRANSITIONS, Event, State
 from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.worker.maintenance import Maintenance
-from tests.conformance.jobs import claim_one, insert, succeed
+from ferryq.lanes import LaneRule
+from tests.conformance.jobs import NS, claim_one, insert, succeed
 from tests.conftest import START
 
 NOW = START
@@ -66,6 +67,18 @@ async def _cancelled(store: Store, **fields: Any) -> int:
     return job_id
 
 
+async def _cancelled_behind(store: Store) -> int:
+    job_id = await _behind(store)
+    await store.job_cancel(job_id, NOW)
+    return job_id
+
+
+async def _expired_behind(store: Store) -> int:
+    job_id = await _behind(store, expires_at=NOW + 1)
+    assert await store.job_expire(NOW + 2, 10) == [job_id]
+    return job_id
+
+
 async def _succeeded(store: Store) -> int:
     job_id = await insert(store, NOW)
     await store.job_finish_many([succeed(await claim_one(store, NOW), NOW)])
@@ -80,6 +93,37 @@ async def _promoted(store: Store) -> int:
 
 async def _dead(store: Store) -> int:
     return await _finish(store, "dead", error={"message": "x"})
+
+
+async def _behind(store: Store, **fields: Any) -> int:
+    """A job queued in lane L behind a running one."""
+    await _running(store, lane="L")
+    return await insert(store, NOW, lane="L", **fields)
+
+
+async def _admitted(store: Store, **fields: Any) -> int:
+    job_id = await _behind(store, **fields)
+    head = await store.job_get(job_id - 1)
+    assert head is not None
+    await store.job_finish_many([Finish("succeeded", head.id, head.fence, NOW, NOW)])
+    return job_id
+
+
+async def _stepped_back(store: Store, **fields: Any) -> int:
+    await store.lane_rule_set(NS, LaneRule("L", 2), NOW)
+    job_id = await _behind(store, **fields)
+    assert (await store.job_get(job_id)).state != State.WAITING  # type: ignore[union-attr]
+    await store.lane_rule_set(NS, LaneRule("L", 1), NOW)
+    return job_id
+
+
+async def _respawned_behind(store: Store) -> int:
+    await store.lane_rule_set(NS, LaneRule("L", 1, "continue"), NOW)
+    dead = await _running(store, lane="L", max_tries=1)
+    await store.job_finish_many([Finish("dead", dead, 1, NOW, NOW, error={"message": "x"})])
+    await _running(store, lane="L")  # the next job now holds the lane
+    assert await store.job_respawn([dead], NOW + 1) == [dead]
+    return dead
 
 
 SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
@@ -113,6 +157,14 @@ SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (S.DEAD, E.RESPAWN): lambda s: _terminal_then_respawn(s, _dead),
     (S.CANCELLED, E.RESPAWN): lambda s: _terminal_then_respawn(s, _cancelled),
     (S.EXPIRED, E.RESPAWN): lambda s: _terminal_then_respawn(s, _expired),
+    (None, E.ENQUEUE_IN_LANE): _behind,
+    (S.WAITING, E.ADMIT): _admitted,
+    (S.WAITING, E.ADMIT_DELAYED): lambda s: _admitted(s, delay=5.0),
+    (S.READY, E.STEP_BACK): _stepped_back,
+    (S.SCHEDULED, E.STEP_BACK): lambda s: _stepped_back(s, delay=5.0),
+    (S.WAITING, E.CANCEL): lambda s: _cancelled_behind(s),
+    (S.WAITING, E.EXPIRE): lambda s: _expired_behind(s),
+    (S.DEAD, E.RESPAWN_IN_LANE): _respawned_behind,
 }
 
 

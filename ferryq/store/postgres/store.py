@@ -346,13 +346,13 @@ class PostgresStore(base.Store):
         moved = set(await self._session(respawn))
         return [i for i in job_ids if i in moved]
 
-    async def job_purge(self, job_ids: Sequence[int]) -> int:
+    async def job_purge(self, job_ids: Sequence[int], now: float) -> int:
         async def purge(conn: Conn) -> int:
             run = _runner(conn)
             in_lanes = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_history"], ids=ids)}
             await lanes.lock(run, in_lanes)
             purged = [r[0] for r in await _run(conn, Q["job_purge"], ids=ids)]
-            await lanes.settle(run, await lanes.release(run, purged), time.time())
+            await lanes.settle(run, await lanes.release(run, purged), now)
             return len(purged)
 
         ids = list(job_ids)

@@ -295,10 +295,10 @@ class SQLiteStore(base.Store):
 
         return await self._call(self._write, respawn)
 
-    async def job_purge(self, job_ids: Sequence[int]) -> int:
+    async def job_purge(self, job_ids: Sequence[int], now: float) -> int:
         def purge(conn: sqlite3.Connection) -> int:
             purged = [i for i in job_ids if conn.execute(Q["job_purge"], {"id": i}).rowcount]
-            _settle(conn, _release(conn, purged), time.time())
+            _settle(conn, _release(conn, purged), now)
             return len(purged)
 
         return await self._call(self._write, purge)

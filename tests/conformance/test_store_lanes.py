@@ -1,0 +1,219 @@
+"""Lanes through the Store, on every backend: order, limits, holds, halts, rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferryq.job import State
+from ferryq.lanes import LaneRule
+from ferryq.store.base import Claimed, Finish, Store
+from ferryq.worker.maintenance import Maintenance
+from tests.conformance.jobs import NS, insert, succeed
+from tests.conftest import START
+
+NOW = START
+
+
+async def states(store: Store, *ids: int) -> list[State]:
+    found = []
+    for job_id in ids:
+        job = await store.job_get(job_id)
+        assert job is not None
+        found.append(job.state)
+    return found
+
+
+async def claim(store: Store, now: float = NOW, limit: int = 10) -> list[Claimed]:
+    return await store.job_claim(NS, ["default"], limit, "w1", now)
+
+
+async def lane_jobs(store: Store, n: int, lane: str = "L", **fields: Any) -> list[int]:
+    return [await insert(store, NOW, lane=lane, **fields) for _ in range(n)]
+
+
+async def test_a_lane_runs_one_job_at_a_time_in_enqueue_order(store: Store) -> None:
+    a, b, c = await lane_jobs(store, 3)
+    other = await insert(store, NOW, lane="M")
+    assert await states(store, a, b, c, other) == ["ready", "waiting", "waiting", "ready"]
+    assert [j.id for j in await claim(store)] == [a, other]
+    assert await claim(store) == []  # b waits for a to end, not merely to start
+    await store.job_finish_many([succeed((await claim_held(store, a)), NOW)])
+    assert [j.id for j in await claim(store)] == [b]
+
+
+async def claim_held(store: Store, job_id: int) -> Claimed:
+    job = await store.job_get(job_id)
+    assert job is not None and job.state == State.RUNNING
+    return Claimed(job.id, job.namespace, job.queue, job.task, "[]", job.attempts,
+                   job.max_tries, job.fence, job.ttr, "{}", job.priority, job.run_at,
+                   job.order_time, job.lease_until or 0.0, job.stage, "null",
+                   job.created_at, job.expires_at, job.lane)  # fmt: skip
+
+
+async def test_enqueue_many_into_a_lane_admits_only_the_first(store: Store) -> None:
+    from tests.conformance.jobs import new_job
+
+    rows = await store.job_insert_many(new_job(NOW, lane="L"), ["[1]", "[2]", "[3]"])
+    ids = [r.id for r in rows]
+    assert ids == sorted(ids)
+    assert await states(store, *ids) == ["ready", "waiting", "waiting"]
+
+
+async def test_a_retry_keeps_its_place_and_holds_the_lane(store: Store) -> None:
+    a, b = await lane_jobs(store, 2)
+    (job,) = await claim(store)
+    retry = Finish("retry", a, job.fence, NOW, NOW, error={"message": "x"}, run_at=NOW + 5,
+                   order_time=NOW + 5)  # fmt: skip
+    assert (await store.job_finish_many([retry])).accepted == [a]
+    assert await states(store, a, b) == ["scheduled", "waiting"]
+    assert await store.job_promote_due(NOW + 5, 10) == 1
+    (again,) = await claim(store, NOW + 5)
+    assert again.id == a
+    await store.job_finish_many([succeed(again, NOW + 6)])
+    assert [j.id for j in await claim(store, NOW + 6)] == [b]
+
+
+async def test_a_delayed_head_holds_the_lane_until_due_then_runs(store: Store) -> None:
+    a = await insert(store, NOW, lane="L", delay=30.0)
+    (b,) = await lane_jobs(store, 1)
+    assert await states(store, a, b) == ["scheduled", "waiting"]
+    assert await claim(store) == []
+    await store.job_promote_due(NOW + 30, 10)
+    assert [j.id for j in await claim(store, NOW + 30)] == [a]
+
+
+async def test_a_limit_lets_n_run_still_starting_in_enqueue_order(store: Store) -> None:
+    await store.lane_rule_set(NS, LaneRule("tenant:*", 3), NOW)
+    ids = await lane_jobs(store, 5, lane="tenant:b")
+    # A later job with a head start in priority still starts after the earlier ones.
+    urgent = await insert(store, NOW, lane="tenant:b", priority=600.0)
+    assert await states(store, *ids, urgent) == ["ready"] * 3 + ["waiting"] * 3
+    assert [j.id for j in await claim(store, limit=2)] == ids[:2]
+    assert [j.id for j in await claim(store, limit=10)] == ids[2:3]
+    first = await claim_held(store, ids[0])
+    await store.job_finish_many([succeed(first, NOW)])
+    assert [j.id for j in await claim(store)] == [ids[3]]
+
+
+async def test_a_job_behind_a_delayed_unstarted_job_is_not_due_before_it(store: Store) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 2), NOW)
+    a = await insert(store, NOW, lane="L", delay=30.0)
+    (b,) = await lane_jobs(store, 1)
+    job_b = await store.job_get(b)
+    assert job_b is not None and job_b.state == State.SCHEDULED and job_b.run_at == NOW + 30
+    await store.job_promote_due(NOW + 30, 10)
+    assert [j.id for j in await claim(store, NOW + 30)] == [a, b]
+
+
+async def test_cancel_and_expiry_of_the_head_free_the_lane(store: Store) -> None:
+    a, b = await lane_jobs(store, 2)
+    c = await insert(store, NOW, lane="L", expires_at=NOW + 10)
+    await store.job_cancel(a, NOW)
+    assert await states(store, b, c) == ["ready", "waiting"]
+    (job_b,) = await claim(store)
+    await store.job_finish_many([succeed(job_b, NOW)])
+    assert await states(store, c) == ["ready"]
+    d = await insert(store, NOW, lane="L")
+    assert await store.job_expire(NOW + 10, 10) == [c]
+    assert await states(store, d) == ["ready"]
+
+
+async def test_cancelling_a_waiting_job_leaves_the_lane_as_it_is(store: Store) -> None:
+    a, b, c = await lane_jobs(store, 3)
+    await store.job_cancel(b, NOW)
+    assert await states(store, a, b, c) == ["ready", "cancelled", "waiting"]
+
+
+async def test_lease_recovery_keeps_the_lane_consistent(store: Store) -> None:
+    a, b = await lane_jobs(store, 2, ttr=5.0, max_tries=2)
+    await claim(store)
+    maintenance = Maintenance(store, "leader")
+    assert await maintenance.recover_leases(NOW + 6) == 1  # a retries: it keeps its place
+    assert await states(store, b) == ["waiting"]
+    job_a = await store.job_get(a)
+    assert job_a is not None and job_a.state in (State.READY, State.SCHEDULED)
+    await store.job_promote_due(NOW + 100, 10)
+    await claim(store, NOW + 100)
+    assert await maintenance.recover_leases(NOW + 106) == 1  # no tries left: dead
+    assert await states(store, a, b) == ["dead", "ready"]
+
+
+async def test_halt_stops_the_lane_until_the_dead_job_is_respawned(store: Store) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 1, "halt"), NOW)
+    a, b = await lane_jobs(store, 2, max_tries=1)
+    (job_a,) = await claim(store)
+    dead = Finish("dead", a, job_a.fence, NOW, NOW, error={"message": "boom"})
+    await store.job_finish_many([dead])
+    assert await states(store, a, b) == ["dead", "waiting"]
+    view = await store.lane_view(NS, "L")
+    assert view.halted_by == a and view.held == []
+    listed = await store.lane_list(NS, 10)
+    assert [(i.lane, i.waiting, i.halted_by) for i in listed] == [("L", 1, a)]
+    c = await insert(store, NOW, lane="L")  # enqueue into a halted lane: it waits
+    assert await states(store, c) == ["waiting"]
+    assert await store.job_respawn([a], NOW + 1) == [a]
+    assert (await store.lane_view(NS, "L")).halted_by is None
+    assert await states(store, a, b, c) == ["ready", "waiting", "waiting"]
+
+
+async def test_purging_the_dead_job_releases_a_halted_lane(store: Store) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 1, "halt"), NOW)
+    a, b = await lane_jobs(store, 2, max_tries=1)
+    (job_a,) = await claim(store)
+    await store.job_finish_many([Finish("dead", a, job_a.fence, NOW, NOW, error={})])
+    assert await store.job_purge([a], NOW) == 1
+    assert await states(store, b) == ["ready"]
+
+
+async def test_a_halt_steps_back_jobs_not_started_but_lets_running_ones_finish(
+    store: Store,
+) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 3, "halt"), NOW)
+    a, b, c = await lane_jobs(store, 3, max_tries=1)
+    job_a, job_b = await claim(store, limit=2)
+    await store.job_finish_many([Finish("dead", a, job_a.fence, NOW, NOW, error={})])
+    assert await states(store, a, b, c) == ["dead", "running", "waiting"]
+    assert (await store.job_finish_many([succeed(job_b, NOW)])).accepted == [b]
+    assert await states(store, c) == ["waiting"]
+
+
+async def test_continue_policy_moves_on_after_a_death(store: Store) -> None:
+    a, b = await lane_jobs(store, 2, max_tries=1)
+    (job_a,) = await claim(store)
+    await store.job_finish_many([Finish("dead", a, job_a.fence, NOW, NOW, error={})])
+    assert await states(store, b) == ["ready"]
+
+
+async def test_rules_change_at_once_for_jobs_not_started(store: Store) -> None:
+    ids = await lane_jobs(store, 4, lane="t:1") + await lane_jobs(store, 2, lane="t:2")
+    await store.lane_rule_set(NS, LaneRule("t:*", 3), NOW)
+    assert await states(store, *ids) == ["ready"] * 3 + ["waiting"] + ["ready"] * 2
+    await claim(store, limit=1)  # ids[0] starts: it keeps its slot
+    await store.lane_rule_set(NS, LaneRule("t:1", 1), NOW)  # the lane's own rule wins
+    assert await states(store, *ids[:4]) == ["running", "waiting", "waiting", "waiting"]
+    assert await store.lane_rule_delete(NS, "t:1", NOW)
+    assert await states(store, *ids[:4]) == ["running", "ready", "ready", "waiting"]
+    assert not await store.lane_rule_delete(NS, "t:1", NOW)
+    assert [r.pattern for r in await store.lane_rules(NS)] == ["t:*"]
+
+
+async def test_a_stale_finish_changes_nothing_in_the_lane(store: Store) -> None:
+    a, b = await lane_jobs(store, 2)
+    (job_a,) = await claim(store)
+    stale = Finish("succeeded", a, job_a.fence - 1, NOW, NOW)
+    assert (await store.job_finish_many([stale])).stale == [a]
+    assert await states(store, a, b) == ["running", "waiting"]
+
+
+async def test_dedup_inside_a_lane_returns_the_existing_job(store: Store) -> None:
+    from tests.conformance.jobs import new_job
+
+    (first,) = await store.job_insert_many(new_job(NOW, lane="L", unique_key="k"), ["[]"])
+    (again,) = await store.job_insert_many(new_job(NOW, lane="L", unique_key="k"), ["[]"])
+    assert again.id == first.id and not again.created
+    assert (await store.lane_view(NS, "L")).held[0].id == first.id
+
+
+async def test_lane_ahead_counts_waiting_jobs_in_front(store: Store) -> None:
+    ids = await lane_jobs(store, 5)
+    assert await store.lane_ahead(NS, "L", ids[4]) == 3  # ids[0] is admitted
