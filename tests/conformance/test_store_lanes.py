@@ -8,7 +8,7 @@ from ferryq.job import State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import Claimed, Finish, Store
 from ferryq.worker.maintenance import Maintenance
-from tests.conformance.jobs import NS, insert, succeed
+from tests.conformance.jobs import NS, insert, new_job, succeed
 from tests.conftest import START
 
 NOW = START
@@ -51,8 +51,6 @@ async def claim_held(store: Store, job_id: int) -> Claimed:
 
 
 async def test_enqueue_many_into_a_lane_admits_only_the_first(store: Store) -> None:
-    from tests.conformance.jobs import new_job
-
     rows = await store.job_insert_many(new_job(NOW, lane="L"), ["[1]", "[2]", "[3]"])
     ids = [r.id for r in rows]
     assert ids == sorted(ids)
@@ -206,8 +204,6 @@ async def test_a_stale_finish_changes_nothing_in_the_lane(store: Store) -> None:
 
 
 async def test_dedup_inside_a_lane_returns_the_existing_job(store: Store) -> None:
-    from tests.conformance.jobs import new_job
-
     (first,) = await store.job_insert_many(new_job(NOW, lane="L", unique_key="k"), ["[]"])
     (again,) = await store.job_insert_many(new_job(NOW, lane="L", unique_key="k"), ["[]"])
     assert again.id == first.id and not again.created

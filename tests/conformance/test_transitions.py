@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from ferryq.job import TRANSITIONS, Event, State
+from ferryq.lanes import LaneRule
 from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.worker.maintenance import Maintenance
-from ferryq.lanes import LaneRule
 from tests.conformance.jobs import NS, claim_one, insert, succeed
 from tests.conftest import START
 
