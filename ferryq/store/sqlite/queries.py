@@ -28,10 +28,11 @@ _BATCH = {
 _TERMINAL = {"state": ":state", "finished_at": ":now", "lease_until": "NULL"}
 _RESPAWN = {
     # A job in a lane comes back waiting: its lane admits it again, ahead of later jobs.
+    # claimed_at stays: a respawned job is a re-run, which keeps its place like a retry.
     "state": "CASE WHEN j.lane IS NULL THEN 'ready' ELSE 'waiting' END",
     "run_at": ":now", "order_time": ":now - j.priority",
     "expires_at": ":expires_at", "attempts": "0", "result": "NULL", "error": "NULL",
-    "unique_key": "NULL", "claimed_at": "NULL", "started_at": "NULL", "finished_at": "NULL",
+    "unique_key": "NULL", "started_at": "NULL", "finished_at": "NULL",
     "lease_until": "NULL", "worker": "NULL", "cancel_requested": "0",
 }  # fmt: skip
 

@@ -1,0 +1,271 @@
+"""Lanes against a plain reference model, by random sequences of operations (hypothesis).
+
+Operations: enqueue (some delayed, some with a ttl), claim, succeed, fail (retry or
+die), time passing (promotion, expiry, lease expiry), cancel, limit and policy
+changes, and releasing a halted lane by respawn or purge; all through the Store, on
+every backend, with a frozen clock.
+
+The reference model knows only what the operations did: which jobs exist, in which
+lane, which started since they entered their lane, which died in a lane with the halt
+policy. From that alone it says which jobs a lane must hold: started jobs are a prefix
+of the lane's unfinished jobs (start order is id order), and the lane holds exactly
+the first ``max(min(limit, unfinished), started)`` of them, or only the started ones
+while it is halted. Checked after every step, with: a first start never overtakes an
+earlier unfinished job of its lane; a start never puts more than the limit running;
+nothing is lost; a halted lane stays halted until released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from ferryq.job import State
+from ferryq.lanes import LaneRule, rule_for
+from ferryq.store import Store, open_store
+from ferryq.store.base import Finish
+from ferryq.worker.maintenance import Maintenance
+from tests.conformance.jobs import NS, new_job
+from tests.conftest import START
+
+T = TypeVar("T")
+LANES = ("a", "t:1", "t:2")
+PATTERNS = ("a", "t:*", "t:1")
+TABLES = ("ferryq_jobs", "ferryq_history", "ferryq_lane_rules", "ferryq_lane_halts")
+TTR = 10.0
+HELD = (State.SCHEDULED, State.READY, State.RUNNING)
+
+
+@dataclass
+class Known:
+    id: int
+    lane: str
+    started: bool = False  # claimed at least once
+    fence: int = 0
+    state: State = State.WAITING
+
+
+class Backend:
+    """One store and event loop for the whole run; tables emptied per example."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.loop = asyncio.new_event_loop()
+        self.store = open_store(url)
+        self.run(self.store.open())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def clear(self) -> None:
+        if self.url.startswith("sqlite"):
+            with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+                for table in TABLES:
+                    conn.execute(f"DELETE FROM {table}")
+        else:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+
+    def close(self) -> None:
+        self.run(self.store.close())
+        self.loop.close()
+
+
+class LaneMachine(RuleBasedStateMachine):
+    backend: Backend
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend.clear()
+        self.store: Store = self.backend.store
+        self.now = START
+        self.jobs: dict[int, Known] = {}
+        self.rules: dict[str, LaneRule] = {}
+        self.halted: dict[str, int] = {}  # lane -> the dead job that halts it
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.backend.run(coro)
+
+    # -- operations --------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        self.set_rule("t:*", 2, "continue")  # half the lanes start with room for two
+
+    @rule(
+        lane=st.sampled_from(LANES),
+        n=st.integers(1, 3),
+        delay=st.sampled_from([0.0, 5.0]),
+        ttl=st.sampled_from([None, None, 4.0]),
+    )
+    def enqueue(self, lane: str, n: int, delay: float, ttl: float | None) -> None:
+        expires = None if ttl is None else self.now + ttl
+        job = new_job(self.now, lane=lane, delay=delay, expires_at=expires, max_tries=2, ttr=TTR)
+        for row in self.run(self.store.job_insert_many(job, ["[]"] * n)):
+            self.jobs[row.id] = Known(row.id, lane)
+        self.refresh()
+
+    @rule(limit=st.integers(1, 4))
+    def claim(self, limit: int) -> None:
+        claimed = self.run(self.store.job_claim(NS, ["default"], limit, "w", self.now))
+        for job in sorted(claimed, key=lambda j: j.id):
+            known = self.jobs[job.id]
+            if not known.started:
+                overtaken = [
+                    k.id for k in self.unfinished(known.lane) if k.id < job.id and not k.started
+                ]
+                assert not overtaken, f"job {job.id} started before {overtaken} in {known.lane}"
+            known.started, known.fence = True, job.fence
+        self.refresh()
+        for lane in {self.jobs[j.id].lane for j in claimed}:
+            running = sum(k.state == State.RUNNING for k in self.unfinished(lane))
+            assert running <= max(self.limit(lane), 1), f"{running} running in {lane}"
+
+    @precondition(lambda self: self.running())
+    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "retry", "retry-later", "dead"]))
+    def finish(self, data: st.DataObject, outcome: str) -> None:
+        job = data.draw(st.sampled_from(self.running()))
+        if outcome == "succeeded":
+            finish = Finish("succeeded", job.id, job.fence, self.now, self.now)
+        elif outcome == "dead":
+            finish = Finish("dead", job.id, job.fence, self.now, self.now, error={"m": "x"})
+        else:
+            due = self.now + (3.0 if outcome == "retry-later" else 0.0)
+            finish = Finish("retry", job.id, job.fence, self.now, self.now, error={"m": "x"},
+                            run_at=due, order_time=due)  # fmt: skip
+        finish.lane = job.lane
+        before = self.snapshot_dead()
+        assert self.run(self.store.job_finish_many([finish])).accepted == [job.id]
+        self.refresh()
+        self.note_deaths(before)
+
+    @rule(seconds=st.sampled_from([1.0, 3.0, 11.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.now += seconds
+        before = self.snapshot_dead()
+        self.run(self.store.job_promote_due(self.now, 1000))
+        self.run(self.store.job_expire(self.now, 1000))
+        self.run(Maintenance(self.store, "leader").recover_leases(self.now))
+        self.refresh()
+        self.note_deaths(before)
+
+    @precondition(lambda self: self.all_unfinished())
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.all_unfinished()))
+        self.run(self.store.job_cancel(job.id, self.now))
+        self.refresh()
+
+    @rule(
+        pattern=st.sampled_from(PATTERNS),
+        limit=st.integers(1, 3),
+        on_dead=st.sampled_from(["continue", "halt"]),
+    )
+    def set_rule(self, pattern: str, limit: int, on_dead: str) -> None:
+        rule = LaneRule(pattern, limit, on_dead)  # type: ignore[arg-type]
+        self.rules[pattern] = rule
+        self.run(self.store.lane_rule_set(NS, rule, self.now))
+        self.refresh()
+
+    @precondition(lambda self: self.halted)
+    @rule(data=st.data(), respawn=st.booleans())
+    def release(self, data: st.DataObject, respawn: bool) -> None:
+        lane = data.draw(st.sampled_from(sorted(self.halted)))
+        dead = self.halted.pop(lane)
+        if respawn:
+            # A re-run, not a first start: it keeps its place among started jobs.
+            assert self.run(self.store.job_respawn([dead], self.now)) == [dead]
+        else:
+            assert self.run(self.store.job_purge([dead], self.now)) == 1
+            del self.jobs[dead]
+        self.refresh()
+
+    # -- the reference model ------------------------------------------------------
+
+    @invariant()
+    def lanes_hold_what_the_model_says(self) -> None:
+        for lane in LANES:
+            unfinished = self.unfinished(lane)
+            started = [k for k in unfinished if k.started]
+            assert started == unfinished[: len(started)], f"starts out of order in {lane}"
+            if lane in self.halted:
+                expected = len(started)
+            else:
+                expected = max(min(self.limit(lane), len(unfinished)), len(started))
+            held = [k.id for k in unfinished if k.state in HELD]
+            assert held == [k.id for k in unfinished[:expected]], (
+                f"lane {lane}: holds {held}, expected the first {expected} of "
+                f"{[(k.id, k.state.value, k.started) for k in unfinished]}"
+            )
+            view = self.run(self.store.lane_view(NS, lane))
+            assert view.halted_by == self.halted.get(lane)
+
+    # -- helpers -------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        for known in self.jobs.values():
+            job = self.run(self.store.job_get(known.id))
+            assert job is not None, f"job {known.id} was lost"
+            known.state = job.state
+
+    def limit(self, lane: str) -> int:
+        return rule_for(self.rules.values(), lane).limit
+
+    def unfinished(self, lane: str) -> list[Known]:
+        return sorted(
+            (k for k in self.jobs.values() if k.lane == lane and not k.state.terminal),
+            key=lambda k: k.id,
+        )
+
+    def all_unfinished(self) -> list[Known]:
+        return [k for k in self.jobs.values() if not k.state.terminal]
+
+    def running(self) -> list[Known]:
+        return [k for k in self.jobs.values() if k.state == State.RUNNING]
+
+    def snapshot_dead(self) -> set[int]:
+        return {k.id for k in self.jobs.values() if k.state == State.DEAD}
+
+    def note_deaths(self, before: set[int]) -> None:
+        for job_id in sorted(self.snapshot_dead() - before):
+            lane = self.jobs[job_id].lane
+            if rule_for(self.rules.values(), lane).on_dead == "halt":
+                self.halted.setdefault(lane, job_id)
+
+
+@pytest.fixture
+def backend(backend_url: str) -> Iterator[Backend]:
+    opened = Backend(backend_url)
+    yield opened
+    opened.close()
+
+
+def test_lanes_follow_the_reference_model(backend: Backend) -> None:
+    LaneMachine.backend = backend
+    examples = 200 if backend.url.startswith("sqlite") else 60
+    run_state_machine_as_test(
+        LaneMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=30,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
