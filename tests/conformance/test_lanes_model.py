@@ -96,7 +96,7 @@ class LaneMachine(RuleBasedStateMachine):
         self.store: Store = self.backend.store
         self.now = START
         self.jobs: dict[int, Known] = {}
-        self.rules: dict[str, LaneRule] = {}
+        self.lane_rules: dict[str, LaneRule] = {}
         self.halted: dict[str, int] = {}  # lane -> the dead job that halts it
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -179,7 +179,7 @@ class LaneMachine(RuleBasedStateMachine):
     )
     def set_rule(self, pattern: str, limit: int, on_dead: str) -> None:
         rule = LaneRule(pattern, limit, on_dead)  # type: ignore[arg-type]
-        self.rules[pattern] = rule
+        self.lane_rules[pattern] = rule
         self.run(self.store.lane_rule_set(NS, rule, self.now))
         self.refresh()
 
@@ -225,7 +225,7 @@ class LaneMachine(RuleBasedStateMachine):
             known.state = job.state
 
     def limit(self, lane: str) -> int:
-        return rule_for(self.rules.values(), lane).limit
+        return rule_for(self.lane_rules.values(), lane).limit
 
     def unfinished(self, lane: str) -> list[Known]:
         return sorted(
@@ -245,7 +245,7 @@ class LaneMachine(RuleBasedStateMachine):
     def note_deaths(self, before: set[int]) -> None:
         for job_id in sorted(self.snapshot_dead() - before):
             lane = self.jobs[job_id].lane
-            if rule_for(self.rules.values(), lane).on_dead == "halt":
+            if rule_for(self.lane_rules.values(), lane).on_dead == "halt":
                 self.halted.setdefault(lane, job_id)
 
 
