@@ -87,6 +87,35 @@ async def test_enqueue_in_an_asyncpg_transaction(app: ferryq.App, pg_url: str) -
         await app.get_job_async(gone.id)
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+async def test_enqueue_into_a_lane_in_the_callers_transaction(
+    app: ferryq.App, pg_url: str, driver: str
+) -> None:
+    double = _tasks(app).options(lane="post:1")
+    head = await double.enqueue_async(0)
+    if driver == "psycopg":
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            async with conn.transaction():
+                kept = await double.using(conn).enqueue_many_async([(1,), (2,)])
+            with pytest.raises(RuntimeError):
+                async with conn.transaction():
+                    await double.using(conn).enqueue_async(3)
+                    raise RuntimeError("the application fails after enqueueing")
+    else:
+        conn = await asyncpg.connect(pg_url)
+        try:
+            async with conn.transaction():
+                kept = await double.using(conn).enqueue_many_async([(1,), (2,)])
+        finally:
+            await conn.close()
+    assert [(await app.get_job_async(h.id)).state for h in [head, *kept]] == [
+        "ready", "waiting", "waiting",
+    ]  # fmt: skip
+    await drain_async(app)
+    assert [await h.result_async(timeout=5) for h in [head, *kept]] == [0, 2, 4]
+    assert (await app.lanes_async()) == []
+
+
 async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:
     double = _tasks(app)
     with pytest.raises(ferryq.ConfigurationError, match="asyncpg connection or a psycopg"):
