@@ -427,3 +427,59 @@ async def test_explain_says_when_no_worker_consumes_the_queue(app: ferryq.App) -
     explained = await handle.explain_async()
     assert explained.reason == "no_worker" and "'orphans'" in explained.message
     assert explained.to_dict()["state"] == "ready"
+
+
+async def test_lanes_keep_order_and_limits_under_a_concurrent_worker(app: ferryq.App) -> None:
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    order: dict[str, list[int]] = {}
+
+    @app.task
+    async def step(lane: str, n: int) -> None:
+        running[lane] = running.get(lane, 0) + 1
+        peak[lane] = max(peak.get(lane, 0), running[lane])
+        order.setdefault(lane, []).append(n)
+        for _ in range(3):  # let the other slots run meanwhile
+            await asyncio.sleep(0)
+        running[lane] -= 1
+
+    await app.set_lane_limit_async("tenant:*", 2)
+    lanes = ["post:1", "post:2", "tenant:a", "tenant:b"]
+    for n in range(10):
+        for lane in lanes:
+            await step.options(lane=lane).enqueue_async(lane, n)
+    await step.enqueue_async("none", 0)  # no lane: runs beside them
+    await drain_async(app, concurrency=16)
+    assert order["post:1"] == order["post:2"] == list(range(10))
+    assert sorted(order["tenant:a"]) == list(range(10))
+    assert peak["post:1"] == peak["post:2"] == 1
+    assert peak["tenant:a"] <= 2 and peak["tenant:b"] <= 2
+    assert await app.lanes_async() == []
+
+
+async def test_explain_a_job_waiting_in_its_lane(app: ferryq.App) -> None:
+    @app.task(max_tries=1)
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    first = await fails.options(lane="post:9").enqueue_async()
+    second = await fails.options(lane="post:9").enqueue_async()
+    third = await fails.options(lane="post:9").enqueue_async()
+    explained = await third.explain_async()
+    assert explained.reason == "lane_order"
+    assert explained.data["waiting_for"] == first.id and explained.data["position"] == 2
+    assert f"behind job {first.id}" in explained.message
+
+    await app.set_lane_limit_async("post:*", 1, on_dead="halt")
+    await drain_async(app)
+    assert (await first.explain_async()).reason == "dead"
+    explained = await second.explain_async()
+    assert explained.reason == "lane_halted" and explained.data["halted_by"] == first.id
+    [info] = await app.lanes_async()
+    assert (info.lane, info.waiting, info.halted_by) == ("post:9", 2, first.id)
+
+    await app.set_lane_limit_async("post:*", 3)  # no longer halting; still halted
+    assert (await second.explain_async()).reason == "lane_halted"
+    assert await app.purge_async([first.id]) == 1
+    await drain_async(app)
+    assert [(await app.get_job_async(h.id)).state for h in (second, third)] == ["dead", "dead"]
