@@ -46,7 +46,7 @@ def test_states_compare_equal_to_their_names() -> None:
 def test_terminal_states_have_no_way_out_but_respawn() -> None:
     for (source, event), _target in TRANSITIONS.items():
         if source in TERMINAL_STATES:
-            assert event == Event.RESPAWN
+            assert event in (Event.RESPAWN, Event.RESPAWN_IN_LANE)
 
 
 def test_transition_refuses_what_the_table_does_not_allow() -> None:
