@@ -3,8 +3,8 @@
 Every transaction that changes which jobs a lane holds first takes the lane's
 advisory lock (``lane_lock``), before it touches any job row, so concurrent enqueues,
 finishes, cancels and expiries of one lane decide one after another, and never in a
-circle. Settling a batch of lanes is four statements whatever their number: lock,
-rules, snapshot, apply. The functions take a ``Run`` so the same code serves the
+circle. Settling a batch of lanes is two statements whatever their number: the lock
+and ``lane_settle``. The functions take a ``Run`` so the same code serves the
 store's pool and an application's own connection (transactional enqueue).
 """
 
@@ -64,30 +64,53 @@ async def views(run: Run, keys: Collection[Key]) -> list[LaneView]:
 
 
 async def settle(
-    run: Run, keys: Collection[Key], now: float, dead: Mapping[Key, list[int]] | None = None
+    run: Run,
+    keys: Collection[Key],
+    now: float,
+    dead: Mapping[Key, list[int]] | None = None,
+    *,
+    locked: bool = False,
 ) -> None:
     """Bring each lane to what its rule allows: halt it behind a new dead job if its
-    policy says so, then demote and admit. Takes the lanes' locks if not yet held."""
+    policy says so, then demote and admit. ``locked``: the caller holds the locks.
+
+    One statement settles every lane that needs no step back (``lane_settle``); the
+    rare rest (halted, or over a lowered limit) go through :func:`lanes.plan`.
+    """
     if not keys:
         return
-    await lock(run, keys)
-    found = await views(run, keys)
-    halting = [
-        (view, min(dead[(view.namespace, view.lane)]))
-        for view in found
-        if dead and view.rule.on_dead == "halt" and dead.get((view.namespace, view.lane))
-    ]
+    ordered = sorted(keys)
+    if not locked:
+        await lock(run, ordered)
+    if dead:
+        await _halt(run, dead, now)
+    rows = await run(Q["lane_settle"], {
+        "namespaces": [n for n, _ in ordered], "lanes": [lane for _, lane in ordered], "now": now,
+    })  # fmt: skip
+    rest = {(n, lane) for n, lane in rows if n is not None}
+    if rest:
+        await _settle_by_plan(run, rest, now)
+
+
+async def _halt(run: Run, dead: Mapping[Key, list[int]], now: float) -> None:
+    """Record the halts that deaths cause in lanes whose policy is ``halt``."""
+    by_namespace = await rules(run, (namespace for namespace, _ in dead))
+    halting = sorted(
+        (key, min(ids))
+        for key, ids in dead.items()
+        if lanes.rule_for(by_namespace.get(key[0], ()), key[1]).on_dead == "halt"
+    )
     if halting:
         await run(Q["lane_halt"], {
-            "namespaces": [v.namespace for v, _ in halting], "lanes": [v.lane for v, _ in halting],
+            "namespaces": [k[0] for k, _ in halting], "lanes": [k[1] for k, _ in halting],
             "job_ids": [job_id for _, job_id in halting], "now": now,
         })  # fmt: skip
-        for view, job_id in halting:
-            if view.halted_by is None:
-                view.halted_by = job_id
+
+
+async def _settle_by_plan(run: Run, keys: Collection[Key], now: float) -> None:
     admit: list[lanes.Admit] = []
     demote: list[int] = []
-    for view in found:
+    for view in await views(run, keys):
         plan = lanes.plan(view, now)
         admit.extend(plan.admit)
         demote.extend(plan.demote)

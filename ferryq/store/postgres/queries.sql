@@ -294,13 +294,69 @@ SELECT t.n, t.l,
            ORDER BY j.id LIMIT t.k) w)::text
 FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 
+-- name: lane_settle
+-- The rule of ferryq/lanes.py in one statement, for every lane that needs no step
+-- back (not halted, not over its limit): those few are returned, for the general
+-- path. Per lane it reads its rule, its admitted jobs and its first waiting ones,
+-- each an index range of at most a limit's worth of rows. A job admitted behind an
+-- unstarted one gets that job's order time (and due time, when later than now and
+-- its own), so start order stays id order. The last rows wake workers.
+WITH l AS (
+    SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
+        EXISTS (SELECT FROM ferryq_lane_halts x WHERE x.namespace = t.n AND x.lane = t.l)
+            AS halted
+    FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
+    LEFT JOIN LATERAL (
+        SELECT r.lane_limit FROM ferryq_lane_rules r
+        WHERE r.namespace = t.n
+          AND (r.pattern = t.l OR (right(r.pattern, 1) = '*'
+               AND left(t.l, length(r.pattern) - 1) = left(r.pattern, length(r.pattern) - 1)))
+        ORDER BY (right(r.pattern, 1) <> '*') DESC, length(r.pattern) DESC
+        LIMIT 1) r ON true
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS held,
+            max(j.order_time) FILTER (WHERE j.claimed_at IS NULL) AS floor_order,
+            max(j.run_at) FILTER (WHERE j.claimed_at IS NULL AND j.state = 'scheduled')
+                AS floor_due
+        FROM ferryq_jobs j
+        WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
+), picked AS (
+    SELECT w.id, w.run_at,
+        greatest(l.floor_order, max(w.order_time) OVER lane) AS order_time,
+        greatest(l.floor_due,
+                 max(w.run_at) OVER (lane ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+            AS floor_due
+    FROM l CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.order_time FROM ferryq_jobs j
+        WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
+        ORDER BY j.id LIMIT greatest(l.k - l.held, 0)) w
+    WHERE NOT l.halted AND l.held < l.k
+    WINDOW lane AS (PARTITION BY l.n, l.l ORDER BY w.id)
+), planned AS (
+    SELECT id, order_time,
+        CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
+            AS run_at
+    FROM picked
+), admitted AS (
+    UPDATE ferryq_jobs j
+    SET order_time = p.order_time, run_at = p.run_at,
+        state = CASE WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END
+    FROM planned p
+    WHERE j.id = ANY(ARRAY(SELECT id FROM planned)) AND j.id = p.id AND j.state = 'waiting'
+    RETURNING j.queue, j.state
+)
+SELECT n, l FROM l WHERE halted OR held > k
+UNION ALL
+SELECT NULL, pg_notify('ferryq_jobs', q.queue)::text
+FROM (SELECT DISTINCT queue FROM admitted WHERE state = 'ready') q;
+
 -- name: lane_apply
 -- Admit and demote as planned (ferryq/lanes.py); wake workers for what became ready.
 WITH admitted AS (
     UPDATE ferryq_jobs j SET state = a.state, run_at = a.run_at, order_time = a.order_time
     FROM unnest(:ids::bigint[], :states::text[], :run_ats::float8[], :order_times::float8[])
         AS a(id, state, run_at, order_time)
-    WHERE j.id = a.id AND j.state = 'waiting'
+    WHERE j.id = ANY(:ids::bigint[]) AND j.id = a.id AND j.state = 'waiting'
     RETURNING j.queue, j.state
 ), demoted AS (
     UPDATE ferryq_jobs SET state = 'waiting'

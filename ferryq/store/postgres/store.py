@@ -602,7 +602,10 @@ async def _claim(
 
 async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
     run = _runner(conn)
-    if any(f.lane is not None for f in finishes):  # lanes first, rows after
+    # Lanes first, rows after: the worker names each finish's lane, so the locks of
+    # every lane in the batch can be taken before any row.
+    locked = any(f.lane is not None for f in finishes)
+    if locked:
         await lanes.lock_jobs(run, [f.id for f in finishes])
     ended = _Ended()
     to_history = [f for f in finishes if f.kind in _TO_HISTORY]
@@ -628,7 +631,8 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
         name, params = requeue_statement(finish)
         ended.accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
     if ended.lanes:
-        await lanes.settle(run, ended.lanes, max(f.finished_at for f in finishes), ended.dead)
+        now = max(f.finished_at for f in finishes)
+        await lanes.settle(run, ended.lanes, now, ended.dead, locked=locked)
     done = set(ended.accepted)
     stale = [f.id for f in finishes if f.id not in done]
     if stale:
