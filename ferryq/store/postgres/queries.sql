@@ -342,7 +342,7 @@ WITH l AS (
     SET order_time = p.order_time, run_at = p.run_at,
         state = CASE WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END
     FROM planned p
-    WHERE j.id = ANY(ARRAY(SELECT id FROM planned)) AND j.id = p.id AND j.state = 'waiting'
+    WHERE j.id = p.id  -- waiting: under the lane's lock nothing else moves a waiting job
     RETURNING j.queue, j.state
 )
 SELECT n, l FROM l WHERE halted OR held > k
