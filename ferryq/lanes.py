@@ -20,7 +20,7 @@ returns. This module holds no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -159,3 +159,23 @@ def plan(view: LaneView, now: float) -> Plan:
         if state == State.SCHEDULED:
             floor_due = run_at if floor_due is None else max(floor_due, run_at)
     return result
+
+
+@dataclass(slots=True)
+class Taker:
+    """The worker whose finished attempts freed lanes, with room for ``budget`` more
+    jobs: a freed lane's next job, due and in one of its queues, goes straight to it
+    (admitted and claimed in one write) instead of through ``ready``."""
+
+    namespace: str
+    queues: Sequence[str]
+    worker: str
+    budget: int
+
+    def takes(self, namespace: str, queue: str, expires_at: float | None, now: float) -> bool:
+        return (
+            self.budget > 0
+            and namespace == self.namespace
+            and queue in self.queues
+            and (expires_at is None or expires_at > now)
+        )

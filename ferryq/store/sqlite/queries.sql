@@ -289,3 +289,31 @@ LIMIT :limit;
 -- name: lane_halts
 SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
 ORDER BY halted_at;
+
+-- name: lane_glance
+-- For each lane of :lanes ([[namespace, lane], ...]): [jobs it holds, of which not
+-- started], whether it is halted, and its first waiting job as [id, run_at, queue,
+-- expires_at]. Index seeks only, however long the lane.
+SELECT l.value ->> 0, l.value ->> 1,
+    (SELECT json_array(count(*), count(*) - count(h.claimed_at)) FROM ferryq_jobs h
+     WHERE h.namespace = l.value ->> 0 AND h.lane = l.value ->> 1 AND h.state <> 'waiting'),
+    EXISTS (SELECT 1 FROM ferryq_lane_halts x
+            WHERE x.namespace = l.value ->> 0 AND x.lane = l.value ->> 1),
+    (SELECT json_array(w.id, w.run_at, w.queue, w.expires_at) FROM ferryq_jobs w
+     WHERE w.namespace = l.value ->> 0 AND w.lane = l.value ->> 1 AND w.state = 'waiting'
+     ORDER BY w.id LIMIT 1)
+FROM json_each(:lanes) AS l;
+
+-- name: lane_admit_due
+-- Admit lanes' next jobs that need no floor (nothing unstarted ahead of them).
+UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
+
+-- name: lane_take
+-- Hand a lane's next job straight to the worker whose attempt freed the lane: it is
+-- admitted and claimed in one write.
+UPDATE ferryq_jobs
+SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
+    started_at = NULL, lease_until = :now + ttr, worker = :worker
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
+RETURNING {claim_columns};

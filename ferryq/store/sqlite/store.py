@@ -49,6 +49,7 @@ from ferryq.store.sqlite.queries import MIGRATIONS, Q
 log = logging.getLogger("ferryq.store.sqlite")
 T = TypeVar("T")
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
+_NONE = FinishReport([], [])
 
 
 class SQLiteStore(base.Store):
@@ -195,7 +196,7 @@ class SQLiteStore(base.Store):
         return (await self.job_finish_and_claim((), namespace, queues, limit, worker, now))[1]
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
-        return await self._call(self._write, lambda conn: _finish_many(conn, finishes))
+        return await self._call(self._write, lambda conn: _finish_many(conn, finishes)[0])
 
     async def job_finish_and_claim(
         self,
@@ -210,9 +211,12 @@ class SQLiteStore(base.Store):
             self._claim_version = self._data_version()
 
         def cycle(conn: sqlite3.Connection) -> tuple[FinishReport, list[Claimed]]:
-            report = _finish_many(conn, finishes) if finishes else FinishReport([], [])
-            claimed = _claim(conn, namespace, queues, limit, worker, now) if limit > 0 else []
-            return report, claimed
+            # The lanes that finishes free hand their next jobs to this worker first.
+            taker = lanes.Taker(namespace, queues, worker, limit)
+            report, taken = _finish_many(conn, finishes, taker) if finishes else (_NONE, [])
+            if taker.budget > 0:
+                taken += _claim(conn, namespace, queues, taker.budget, worker, now)
+            return report, taken
 
         return await self._call(self._write, cycle)
 
@@ -547,7 +551,9 @@ def _pick_ready(
     return [job_id for _, job_id in candidates[:limit]]
 
 
-def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> FinishReport:
+def _finish_many(
+    conn: sqlite3.Connection, finishes: Sequence[Finish], taker: lanes.Taker | None = None
+) -> tuple[FinishReport, list[Claimed]]:
     accepted: list[int] = []
     stale: list[int] = []
     ids = json.dumps([f.id for f in finishes])
@@ -575,15 +581,14 @@ def _finish_many(conn: sqlite3.Connection, finishes: Sequence[Finish]) -> Finish
             continue
         statement, params = requeue_statement(finish)
         (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
-    if in_lanes:
-        _settle_finished(conn, finishes, set(accepted), in_lanes)
+    taken = _settle_finished(conn, finishes, set(accepted), in_lanes, taker) if in_lanes else []
     if stale:
         log.warning(
             "rejected %d stale completion(s) (fencing token no longer current): %s",
             len(stale),
             stale[:20],
         )
-    return FinishReport(accepted, stale)
+    return FinishReport(accepted, stale), taken
 
 
 def _settle_finished(
@@ -591,7 +596,8 @@ def _settle_finished(
     finishes: Sequence[Finish],
     accepted: set[int],
     in_lanes: dict[int, tuple[str, str]],
-) -> None:
+    taker: lanes.Taker | None,
+) -> list[Claimed]:
     """Lanes whose jobs ended make room; a death may halt its lane."""
     ended: set[tuple[str, str]] = set()
     dead: dict[tuple[str, str], list[int]] = {}
@@ -604,7 +610,7 @@ def _settle_finished(
         ended.add(key)  # a requeued job keeps its place: settling changes nothing then
         if finish.kind == "dead":
             dead.setdefault(key, []).append(finish.id)
-    _settle(conn, ended, now, dead)
+    return _settle(conn, ended, now, dead, taker)
 
 
 def _finish_one_by_one(
@@ -654,18 +660,60 @@ def _settle(
     keys: set[tuple[str, str]],
     now: float,
     dead: dict[tuple[str, str], list[int]] | None = None,
-) -> None:
+    taker: lanes.Taker | None = None,
+) -> list[Claimed]:
     """Bring each lane to what its rule allows (see ferryq.lanes): halt it behind a
-    new dead job if its policy says so, demote, admit."""
-    rules: dict[str, list[LaneRule]] = {}
-    for namespace, lane in sorted(keys):
-        if namespace not in rules:
-            rules[namespace] = _rules(conn, namespace)
-        rule = lanes.rule_for(rules[namespace], lane)
-        if dead and rule.on_dead == "halt" and (key_dead := dead.get((namespace, lane))):
-            conn.execute(Q["lane_halt"], {"namespace": namespace, "lane": lane,
-                                          "job_id": min(key_dead), "now": now})  # fmt: skip
-        _apply(conn, lanes.plan(_view(conn, namespace, lane, rule), now))
+    new dead job if its policy says so, demote, admit; return what ``taker`` took.
+
+    One glance at every lane finds the plain case (room for one, nothing unstarted
+    ahead, not halted), settled in one or two writes for all; the rest go through
+    ``lanes.plan`` lane by lane.
+    """
+    if not keys:
+        return []
+    rule = _RuleBook(conn)
+    for (namespace, lane), ids in sorted((dead or {}).items()):
+        if ids and rule(namespace, lane).on_dead == "halt":
+            params = {"namespace": namespace, "lane": lane, "job_id": min(ids), "now": now}
+            conn.execute(Q["lane_halt"], params)
+    admit: list[int] = []
+    take: list[int] = []
+    rest: list[tuple[str, str]] = []
+    glance = conn.execute(Q["lane_glance"], {"lanes": json.dumps(sorted(keys))}).fetchall()
+    for namespace, lane, holding, halted, first in glance:
+        held, unstarted = json.loads(holding)
+        room = rule(namespace, lane).limit - held
+        if halted or room < 0 or (room > 1 and first is not None) or (room and unstarted):
+            rest.append((namespace, lane))
+        elif room and first is not None:
+            job_id, run_at, queue, expires_at = json.loads(first)
+            if taker and run_at <= now and taker.takes(namespace, queue, expires_at, now):
+                take.append(job_id)
+                taker.budget -= 1
+            else:
+                admit.append(job_id)
+    if admit:
+        conn.execute(Q["lane_admit_due"], {"ids": json.dumps(admit), "now": now})
+    for namespace, lane in rest:
+        _apply(conn, lanes.plan(_view(conn, namespace, lane, rule(namespace, lane)), now))
+    if not take:
+        return []
+    assert taker is not None
+    params = {"ids": json.dumps(take), "now": now, "worker": taker.worker}
+    return [Claimed(*row) for row in conn.execute(Q["lane_take"], params)]
+
+
+class _RuleBook:
+    """The rule of a lane, reading each namespace's rules once."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.rules: dict[str, list[LaneRule]] = {}
+
+    def __call__(self, namespace: str, lane: str) -> LaneRule:
+        if namespace not in self.rules:
+            self.rules[namespace] = _rules(self.conn, namespace)
+        return lanes.rule_for(self.rules[namespace], lane)
 
 
 def _rules(conn: sqlite3.Connection, namespace: str) -> list[LaneRule]:
