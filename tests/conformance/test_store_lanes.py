@@ -213,3 +213,39 @@ async def test_dedup_inside_a_lane_returns_the_existing_job(store: Store) -> Non
 async def test_lane_ahead_counts_waiting_jobs_in_front(store: Store) -> None:
     ids = await lane_jobs(store, 5)
     assert await store.lane_ahead(NS, "L", ids[4]) == 3  # ids[0] is admitted
+
+
+async def finish_and_claim(store: Store, finishes: list[Finish], limit: int) -> list[Claimed]:
+    return (await store.job_finish_and_claim(finishes, NS, ["default"], limit, "w1", NOW))[1]
+
+
+async def test_a_freed_lane_hands_its_next_job_to_the_worker_that_freed_it(
+    store: Store,
+) -> None:
+    _a, b = await lane_jobs(store, 2)
+    other = await insert(store, NOW)  # ready, and older than b's turn in the claim order
+    (job_a,) = await claim(store, limit=1)
+    done = succeed(job_a, NOW)
+    done.lane = "L"
+    taken = await finish_and_claim(store, [done], limit=1)
+    assert [j.id for j in taken] == [b]  # straight from waiting to running
+    job_b = await store.job_get(b)
+    assert job_b is not None and job_b.state == State.RUNNING and job_b.worker == "w1"
+    assert await states(store, other) == ["ready"]
+
+
+async def test_a_lane_hands_over_only_what_the_worker_may_run_now(store: Store) -> None:
+    _a, b = await lane_jobs(store, 2, queue="elsewhere")  # a queue this worker does not take
+    _c, d = await lane_jobs(store, 2, lane="M")
+    e = await insert(store, NOW, lane="M", delay=30.0)
+    (job_a,) = await store.job_claim(NS, ["elsewhere"], 1, "w1", NOW)
+    (job_c,) = await claim(store, limit=1)
+    finishes = [succeed(job_a, NOW), succeed(job_c, NOW)]
+    finishes[0].lane, finishes[1].lane = "L", "M"
+    assert await finish_and_claim(store, finishes, limit=0) == []  # no free slot
+    assert await states(store, b, d, e) == ["ready", "ready", "waiting"]
+    (job_d,) = await claim(store, limit=1)
+    done = succeed(job_d, NOW)
+    done.lane = "M"
+    assert await finish_and_claim(store, [done], limit=1) == []  # e is not due
+    assert await states(store, e) == ["scheduled"]

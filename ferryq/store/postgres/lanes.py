@@ -17,6 +17,7 @@ from typing import Any
 from ferryq import lanes
 from ferryq.job import State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
+from ferryq.store.base import Claimed
 from ferryq.store.postgres.queries import Q, Statement
 
 Run = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
@@ -70,26 +71,35 @@ async def settle(
     dead: Mapping[Key, list[int]] | None = None,
     *,
     locked: bool = False,
-) -> None:
+    taker: lanes.Taker | None = None,
+) -> list[Claimed]:
     """Bring each lane to what its rule allows: halt it behind a new dead job if its
-    policy says so, then demote and admit. ``locked``: the caller holds the locks.
+    policy says so, then demote and admit; return the jobs ``taker`` took.
+    ``locked``: the caller holds the locks.
 
     One statement settles every lane that needs no step back (``lane_settle``); the
     rare rest (halted, or over a lowered limit) go through :func:`lanes.plan`.
     """
     if not keys:
-        return
+        return []
     ordered = sorted(keys)
     if not locked:
         await lock(run, ordered)
     if dead:
         await _halt(run, dead, now)
     rows = await run(Q["lane_settle"], {
-        "namespaces": [n for n, _ in ordered], "lanes": [lane for _, lane in ordered], "now": now,
+        "namespaces": [n for n, _ in ordered], "lanes": [lane for _, lane in ordered],
+        "now": now, "budget": taker.budget if taker else 0,
+        "take_namespace": taker.namespace if taker else "", "worker": taker.worker if taker else "",
+        "take_queues": list(taker.queues) if taker else [],
     })  # fmt: skip
-    rest = {(n, lane) for n, lane in rows if n is not None}
+    taken = [Claimed(*row[1:]) for row in rows if row[0] == "take"]
+    if taker:
+        taker.budget -= len(taken)
+    rest = {(row[2], row[-1]) for row in rows if row[0] == "rest"}
     if rest:
         await _settle_by_plan(run, rest, now)
+    return taken
 
 
 async def _halt(run: Run, dead: Mapping[Key, list[int]], now: float) -> None:

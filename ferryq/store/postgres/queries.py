@@ -34,9 +34,22 @@ _RESPAWN = {
     "lease_until": "NULL", "worker": "NULL", "cancel_requested": "false",
 }  # fmt: skip
 
+_CLAIM_TYPES = {
+    "id": "bigint", "attempts": "integer", "max_tries": "integer", "fence": "bigint",
+    "ttr": "float8", "priority": "float8", "run_at": "float8", "order_time": "float8",
+    "lease_until": "float8", "created_at": "float8", "expires_at": "float8",
+}  # fmt: skip
+# A claim row whose only values are the namespace (n) and lane (l) of a lane.
+_CLAIM_NULLS_BUT_LANE = ", ".join(
+    {"namespace": "n", "lane": "l"}.get(c, f"NULL::{_CLAIM_TYPES.get(c, 'text')}")
+    for c in CLAIM_COLUMNS
+)
+
 _FILL = {
     "job_columns": ", ".join(JOB_COLUMNS),
     "claim_columns": ", ".join(f"j.{c}" for c in CLAIM_COLUMNS),
+    "claim_of_a": ", ".join(f"a.{c}" for c in CLAIM_COLUMNS),
+    "claim_nulls_but_lane": _CLAIM_NULLS_BUT_LANE,
     "history_finish_columns": select_list(_FINISH),
     "history_terminal_columns": select_list(_TERMINAL),
     "history_expired_columns": select_list(_EXPIRED),

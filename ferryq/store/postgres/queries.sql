@@ -296,11 +296,13 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 
 -- name: lane_settle
 -- The rule of ferryq/lanes.py in one statement, for every lane that needs no step
--- back (not halted, not over its limit): those few are returned, for the general
--- path. Per lane it reads its rule, its admitted jobs and its first waiting ones,
--- each an index range of at most a limit's worth of rows. A job admitted behind an
--- unstarted one gets that job's order time (and due time, when later than now and
--- its own), so start order stays id order. The last rows wake workers.
+-- back (not halted, not over its limit): those few are returned ('rest'), for the
+-- general path. Per lane it reads its rule, its admitted jobs and its first waiting
+-- ones, each an index range of at most a limit's worth of rows. A job admitted
+-- behind an unstarted one gets that job's order time (and due time, when later than
+-- now and its own), so start order stays id order. Up to :budget lanes with nothing
+-- unstarted ahead hand their next job, if due and in one of :take_queues, straight
+-- to :worker ('take': admitted and claimed in one write). The last rows wake workers.
 WITH l AS (
     SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
         EXISTS (SELECT FROM ferryq_lane_halts x WHERE x.namespace = t.n AND x.lane = t.l)
@@ -321,34 +323,52 @@ WITH l AS (
         FROM ferryq_jobs j
         WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
 ), picked AS (
-    SELECT w.id, w.run_at,
+    SELECT w.id, w.run_at, w.queue, w.expires_at, l.n,
+        row_number() OVER lane = 1 AND l.floor_order IS NULL AS first_free,
         greatest(l.floor_order, max(w.order_time) OVER lane) AS order_time,
         greatest(l.floor_due,
                  max(w.run_at) OVER (lane ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
             AS floor_due
     FROM l CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.order_time FROM ferryq_jobs j
+        SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
         WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
         ORDER BY j.id LIMIT greatest(l.k - l.held, 0)) w
     WHERE NOT l.halted AND l.held < l.k
     WINDOW lane AS (PARTITION BY l.n, l.l ORDER BY w.id)
-), planned AS (
+), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
-            AS run_at
+            AS run_at,
+        first_free AND n = :take_namespace AND queue = ANY(:take_queues::text[])
+            AND (expires_at IS NULL OR expires_at > :now) AS takeable
     FROM picked
+), planned AS (
+    SELECT id, order_time, run_at,
+        takeable AND run_at <= :now
+            AND count(*) FILTER (WHERE takeable AND run_at <= :now) OVER (ORDER BY id)
+                <= :budget AS take
+    FROM due
 ), admitted AS (
     UPDATE ferryq_jobs j
     SET order_time = p.order_time, run_at = p.run_at,
-        state = CASE WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END
+        state = CASE WHEN p.take THEN 'running'
+                     WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END,
+        attempts = j.attempts + p.take::int, fence = j.fence + p.take::int,
+        claimed_at = CASE WHEN p.take THEN :now ELSE j.claimed_at END,
+        started_at = CASE WHEN p.take THEN NULL ELSE j.started_at END,
+        lease_until = CASE WHEN p.take THEN :now + j.ttr ELSE j.lease_until END,
+        worker = CASE WHEN p.take THEN :worker ELSE j.worker END
     FROM planned p
     WHERE j.id = p.id  -- waiting: under the lane's lock nothing else moves a waiting job
-    RETURNING j.queue, j.state
+    RETURNING p.take, j.state, {claim_columns}
 )
-SELECT n, l FROM l WHERE halted OR held > k
+SELECT 'take', {claim_of_a} FROM admitted a WHERE a.take
 UNION ALL
-SELECT NULL, pg_notify('ferryq_jobs', q.queue)::text
-FROM (SELECT DISTINCT queue FROM admitted WHERE state = 'ready') q;
+SELECT 'rest', {claim_nulls_but_lane} FROM l WHERE halted OR held > k
+UNION ALL
+SELECT pg_notify('ferryq_jobs', q.queue)::text, {claim_nulls_but_lane}
+FROM (SELECT DISTINCT queue, NULL::text AS n, NULL::text AS l
+      FROM admitted WHERE state = 'ready') q;
 
 -- name: lane_apply
 -- Admit and demote as planned (ferryq/lanes.py); wake workers for what became ready.

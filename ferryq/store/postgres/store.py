@@ -20,7 +20,7 @@ import asyncpg
 
 from ferryq.errors import InvalidTransition, JobNotFound, StoreError
 from ferryq.job import Job, State
-from ferryq.lanes import LaneRule, LaneView, rule_for
+from ferryq.lanes import LaneRule, LaneView, Taker, rule_for
 from ferryq.store import base, safe_url
 from ferryq.store.base import (
     Claimed,
@@ -235,7 +235,12 @@ class PostgresStore(base.Store):
         return (await self.job_finish_and_claim((), namespace, queues, limit, worker, now))[1]
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport:
-        return await self._session(lambda conn: _finish_many(conn, finishes))
+        return (await self._finish(finishes, None))[0]
+
+    async def _finish(
+        self, finishes: Sequence[Finish], taker: Taker | None
+    ) -> tuple[FinishReport, list[Claimed]]:
+        return await self._session(lambda conn: _finish_many(conn, finishes, taker))
 
     async def job_finish_and_claim(
         self,
@@ -252,18 +257,25 @@ class PostgresStore(base.Store):
             return await self.job_finish_many(finishes), []
         if not finishes:
             return FinishReport([], []), await self._claim(namespace, queues, limit, worker, now)
+        # A lane freed by one of these finishes hands its next job to this worker; the
+        # slots kept for that are claimed for afterwards if the lanes had less to give.
+        freeing = sum(1 for f in finishes if f.lane is not None and f.kind in _TO_HISTORY)
+        taker = Taker(namespace, queues, worker, min(limit, freeing))
         # Two connections at once: the server finishes one batch while it claims the next.
         # Both run to their end before any failure is raised, so none is left in flight.
-        report, claimed = await asyncio.gather(
-            self.job_finish_many(finishes),
-            self._claim(namespace, queues, limit, worker, now),
+        finished, claimed = await asyncio.gather(
+            self._finish(finishes, taker),
+            self._claim(namespace, queues, limit - taker.budget, worker, now),
             return_exceptions=True,
         )
-        if isinstance(report, BaseException):
-            raise report
+        if isinstance(finished, BaseException):
+            raise finished
         if isinstance(claimed, BaseException):
             raise claimed
-        return report, claimed
+        report, taken = finished
+        if taker.budget > 0:
+            claimed += await self._claim(namespace, queues, taker.budget, worker, now)
+        return report, taken + claimed
 
     async def _claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -600,7 +612,9 @@ async def _claim(
     return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
 
 
-async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
+async def _finish_many(
+    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None
+) -> tuple[FinishReport, list[Claimed]]:
     run = _runner(conn)
     # Lanes first, rows after: the worker names each finish's lane, so the locks of
     # every lane in the batch can be taken before any row.
@@ -632,7 +646,9 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
         ended.accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
     if ended.lanes:
         now = max(f.finished_at for f in finishes)
-        await lanes.settle(run, ended.lanes, now, ended.dead, locked=locked)
+        taken = await lanes.settle(run, ended.lanes, now, ended.dead, locked=locked, taker=taker)
+    else:
+        taken = []
     done = set(ended.accepted)
     stale = [f.id for f in finishes if f.id not in done]
     if stale:
@@ -640,7 +656,7 @@ async def _finish_many(conn: Conn, finishes: Sequence[Finish]) -> FinishReport:
                     len(stale), stale[:20])  # fmt: skip
     if to_history and done:
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
-    return FinishReport([f.id for f in finishes if f.id in done], stale)
+    return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 
 
 class _Ended:
