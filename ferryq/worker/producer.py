@@ -59,16 +59,21 @@ class Producer:
         self.max_idle = max_idle
         self.slot_freed = asyncio.Event()
         self.stopping = asyncio.Event()
-        self._cycle_lock = asyncio.Lock()
+        # Two cycles may be in flight (the completer's and the claim loop's), so the
+        # database works on one batch while the next is gathered; slots a cycle may
+        # fill are reserved until its jobs have started.
+        self._cycles = asyncio.Semaphore(2)
+        self._reserved = 0
 
     async def cycle(self) -> int:
         """Write pending finishes and claim for free slots; return the number claimed."""
-        async with self._cycle_lock:
+        async with self._cycles:
             finishes = self.completer.take()
-            free = self.capacity - len(self.active)
+            free = self.capacity - len(self.active) - self._reserved
             limit = 0 if self.stopping.is_set() else max(0, min(free, self.batch))
             if not finishes and not limit:
                 return 0
+            self._reserved += limit
             try:
                 report, claimed = await self.store.job_finish_and_claim(
                     finishes, self.namespace, self.queues, limit, self.worker_id, self.clock()
@@ -76,6 +81,8 @@ class Producer:
             except BaseException:
                 self.completer.restore(finishes)
                 raise
+            finally:
+                self._reserved -= limit
             self.completer.written(finishes, report)
             for job in claimed:
                 self.start(self._attempt(job))
