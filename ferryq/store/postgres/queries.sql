@@ -303,13 +303,15 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 -- now and its own), so start order stays id order. Up to :budget lanes with nothing
 -- unstarted ahead hand their next job, if due and in one of :take_queues, straight
 -- to :worker ('take': admitted and claimed in one write). The last rows wake workers.
-WITH l AS (
+WITH rules AS MATERIALIZED (  -- usually a handful of rows, read once
+    SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
+), l AS (
     SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
         EXISTS (SELECT FROM ferryq_lane_halts x WHERE x.namespace = t.n AND x.lane = t.l)
             AS halted
     FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
     LEFT JOIN LATERAL (
-        SELECT r.lane_limit FROM ferryq_lane_rules r
+        SELECT r.lane_limit FROM rules r
         WHERE r.namespace = t.n
           AND (r.pattern = t.l OR (right(r.pattern, 1) = '*'
                AND left(t.l, length(r.pattern) - 1) = left(r.pattern, length(r.pattern) - 1)))
