@@ -73,7 +73,8 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_batch_columns}
 FROM json_each(:batch) AS f
 JOIN ferryq_jobs AS j ON j.id = f.value ->> 0
-WHERE j.fence = f.value ->> 1 AND j.state = 'running';
+WHERE j.fence = f.value ->> 1 AND j.state = 'running'
+RETURNING id, namespace, lane;
 
 -- name: job_delete_batch
 DELETE FROM ferryq_jobs WHERE id IN (SELECT value ->> 0 FROM json_each(:batch));
@@ -87,7 +88,8 @@ DELETE FROM ferryq_jobs WHERE id = :id;
 INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns}
 FROM ferryq_jobs j
-WHERE j.id = :id AND j.fence = :fence AND j.state = 'running' AND j.cancel_requested = 1;
+WHERE j.id = :id AND j.fence = :fence AND j.state = 'running' AND j.cancel_requested = 1
+RETURNING id, namespace, lane;
 
 -- name: job_requeue
 UPDATE ferryq_jobs

@@ -556,18 +556,22 @@ def _finish_many(
 ) -> tuple[FinishReport, list[Claimed]]:
     accepted: list[int] = []
     stale: list[int] = []
-    ids = json.dumps([f.id for f in finishes])
-    in_lanes = {r[0]: (r[1], r[2]) for r in conn.execute(Q["lane_of_jobs"], {"ids": ids})}
+    in_lanes: dict[int, tuple[str, str]] = {}  # the jobs that left a lane's hold
     to_history = [f for f in finishes if f.kind in _TO_HISTORY]
     if to_history:
         batch = json.dumps([_history_row(f) for f in to_history])
         conn.execute("SAVEPOINT batch")
-        moved = conn.execute(Q["job_finish_batch_to_history"], {"batch": batch}).rowcount
-        if moved == len(to_history):  # the usual case: every token still current
+        moved = conn.execute(Q["job_finish_batch_to_history"], {"batch": batch}).fetchall()
+        if len(moved) == len(to_history):  # the usual case: every token still current
             conn.execute(Q["job_delete_batch"], {"batch": batch})
             accepted.extend(f.id for f in to_history)
+            in_lanes.update((job_id, (ns, lane)) for job_id, ns, lane in moved if lane)
         else:  # rare: some tokens are stale, so find out which, one by one
             conn.execute("ROLLBACK TO batch")
+            ids = json.dumps([f.id for f in to_history])
+            in_lanes.update(
+                (r[0], (r[1], r[2])) for r in conn.execute(Q["lane_of_jobs"], {"ids": ids})
+            )
             _finish_one_by_one(conn, [_history_params(f) for f in to_history], accepted, stale)
         conn.execute("RELEASE batch")
     for finish in finishes:
@@ -575,9 +579,11 @@ def _finish_many(
             continue
         cancel = {"id": finish.id, "fence": finish.fence, "state": "cancelled",
                   "now": finish.finished_at}  # fmt: skip
-        if conn.execute(Q["job_cancel_if_requested"], cancel).rowcount:
+        if cancelled := conn.execute(Q["job_cancel_if_requested"], cancel).fetchone():
             conn.execute(Q["job_delete"], {"id": finish.id})
             accepted.append(finish.id)
+            if cancelled[2] is not None:
+                in_lanes[finish.id] = (cancelled[1], cancelled[2])
             continue
         statement, params = requeue_statement(finish)
         (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
