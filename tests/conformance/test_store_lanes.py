@@ -249,3 +249,15 @@ async def test_a_lane_hands_over_only_what_the_worker_may_run_now(store: Store) 
     done.lane = "M"
     assert await finish_and_claim(store, [done], limit=1) == []  # e is not due
     assert await states(store, e) == ["scheduled"]
+
+
+async def test_the_lane_own_rule_then_the_longest_prefix_decides_the_limit(
+    store: Store,
+) -> None:
+    for rule in (LaneRule("t:*", 2), LaneRule("t:big:*", 3), LaneRule("t:big:9", 1)):
+        await store.lane_rule_set(NS, rule, NOW)
+    expected = {"t:small": 2, "t:big:1": 3, "t:big:9": 1, "other": 1}
+    for lane, limit in expected.items():
+        ids = await lane_jobs(store, 4, lane=lane)
+        held = await states(store, *ids)
+        assert held.count(State.READY) == limit, lane
