@@ -79,9 +79,13 @@ def enqueue(url: str, n: int) -> float:
     return asyncio.run(batches())
 
 
-def drain(url: str, n: int, workdir: pathlib.Path) -> float:
-    """Jobs/s drained by one worker process from a queue filled beforehand."""
-    enqueue(url, n)
+def drain(url: str, n: int, workdir: pathlib.Path, *, lanes: int = 0) -> float:
+    """Jobs/s drained by one worker process from a queue filled beforehand; with
+    ``lanes``, the jobs are spread evenly over that many lanes (of limit 1)."""
+    if lanes:
+        enqueue_lanes(url, n, lanes)
+    else:
+        enqueue(url, n)
     ticks = ticks_file(workdir)
     proc = start_worker(url, ticks)
     try:
@@ -92,11 +96,25 @@ def drain(url: str, n: int, workdir: pathlib.Path) -> float:
     return (n - 1) / (max(stamps) - min(stamps))
 
 
-def pickup(url: str, samples: int, workdir: pathlib.Path) -> tuple[float, float]:
-    """(p50, p99) ms from enqueue to task start, one job in flight at a time."""
+def enqueue_lanes(url: str, n: int, lanes: int) -> None:
+    """``n`` jobs over ``lanes`` lanes, one enqueue call per lane (not measured)."""
+
+    async def fill() -> None:
+        app = ferryq.App(url)
+        for lane in range(lanes):
+            count = n // lanes + (lane < n % lanes)
+            await app.enqueue_many_async(ferryq_tasks.tick.name, [[]] * count, lane=f"l:{lane}")
+        await app.aclose()
+
+    asyncio.run(fill())
+
+
+def pickup(url: str, samples: int, workdir: pathlib.Path, **options: object) -> tuple[float, float]:
+    """(p50, p99) ms from enqueue to task start, one job in flight at a time;
+    ``options`` go to every enqueue (a lane, say)."""
     ticks = ticks_file(workdir)
     app = ferryq.App(url)
-    app.enqueue(ferryq_tasks.tick.name)  # warm-up: start-up is not latency
+    app.enqueue(ferryq_tasks.tick.name, **options)  # warm-up: start-up is not latency
     proc = start_worker(url, ticks)
     rng = random.Random(1)
     enqueued: list[float] = []
@@ -105,7 +123,7 @@ def pickup(url: str, samples: int, workdir: pathlib.Path) -> tuple[float, float]
         for i in range(samples):
             time.sleep(rng.uniform(0.0, 0.1))
             enqueued.append(time.time())
-            app.enqueue(ferryq_tasks.tick.name)
+            app.enqueue(ferryq_tasks.tick.name, **options)
             wait_ticks(ticks, i + 2, proc)
     finally:
         stop(proc)
