@@ -289,9 +289,20 @@ SELECT t.n, t.l,
      WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting')::text,
     (SELECT coalesce(json_agg(json_build_array(w.id, w.run_at, w.order_time) ORDER BY w.id),
                      '[]')
-     FROM (SELECT j.id, j.run_at, j.order_time FROM ferryq_jobs j
-           WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
-           ORDER BY j.id LIMIT t.k) w)::text
+     FROM ferryq_jobs w
+     WHERE w.id = ANY(ARRAY(
+         -- The first waiting jobs up to the limit, one index step at a time.
+         WITH RECURSIVE steps(id, room) AS (
+             SELECT (SELECT j.id FROM ferryq_jobs j
+                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
+                     ORDER BY j.id LIMIT 1), t.k
+             UNION ALL
+             SELECT (SELECT j.id FROM ferryq_jobs j
+                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
+                       AND j.id > s.id
+                     ORDER BY j.id LIMIT 1), s.room - 1
+             FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL)
+         SELECT id FROM steps WHERE id IS NOT NULL)))::text
 FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 
 -- name: lane_settle
@@ -303,7 +314,7 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 -- now and its own), so start order stays id order. Up to :budget lanes with nothing
 -- unstarted ahead hand their next job, if due and in one of :take_queues, straight
 -- to :worker ('take': admitted and claimed in one write). The last rows wake workers.
-WITH rules AS MATERIALIZED (  -- usually a handful of rows, read once
+WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
 ), l AS (
     SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
@@ -324,6 +335,20 @@ WITH rules AS MATERIALIZED (  -- usually a handful of rows, read once
                 AS floor_due
         FROM ferryq_jobs j
         WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
+), steps(n, l, id, room) AS (
+    -- The first waiting jobs of each lane with room, one index step at a time: a
+    -- LIMIT of the room itself would be unknown to the planner, which could then
+    -- read a long lane whole.
+    SELECT l.n, l.l, (SELECT j.id FROM ferryq_jobs j
+                      WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
+                      ORDER BY j.id LIMIT 1), l.k - l.held
+    FROM l WHERE NOT l.halted AND l.held < l.k
+    UNION ALL
+    SELECT s.n, s.l, (SELECT j.id FROM ferryq_jobs j
+                      WHERE j.namespace = s.n AND j.lane = s.l AND j.state = 'waiting'
+                        AND j.id > s.id
+                      ORDER BY j.id LIMIT 1), s.room - 1
+    FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL
 ), picked AS (
     SELECT w.id, w.run_at, w.queue, w.expires_at, l.n,
         row_number() OVER lane = 1 AND l.floor_order IS NULL AS first_free,
@@ -331,11 +356,11 @@ WITH rules AS MATERIALIZED (  -- usually a handful of rows, read once
         greatest(l.floor_due,
                  max(w.run_at) OVER (lane ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
             AS floor_due
-    FROM l CROSS JOIN LATERAL (
+    FROM steps s
+    JOIN l ON l.n = s.n AND l.l = s.l
+    CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
-        WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
-        ORDER BY j.id LIMIT greatest(l.k - l.held, 0)) w
-    WHERE NOT l.halted AND l.held < l.k
+        WHERE j.id = s.id) w
     WINDOW lane AS (PARTITION BY l.n, l.l ORDER BY w.id)
 ), due AS (
     SELECT id, order_time,
