@@ -23,7 +23,7 @@ bench:
 	@scripts/ensure-postgres.sh
 	.venv/bin/python -m bench.sqlite_throughput
 	.venv/bin/python -m bench.postgres_throughput
-	.venv/bin/python -m bench.lanes_throughput
+	.venv/bin/python -m bench.lanes
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache
