@@ -162,7 +162,8 @@ def report(backend: str, figures: dict[str, list[float]], options: argparse.Name
           f"{m['fill_s']:.1f} s) vs the idle lane on an empty system.\n"
           f"  enqueue ({SINGLES:,} singles, {BATCHES} batches of 100): into that lane "
           f"vs into an empty lane of an empty database.")  # fmt: skip
-    print(f"{'':34}{'measured':>12}{'baseline':>12}{'ratio':>8}  target")
+    print(f"{'(ratio = measured / baseline)':34}{'measured':>12}{'baseline':>12}{'ratio':>8}"
+          "  target")  # fmt: skip
     for row in ROWS:
         ratio = m[row.measured] / m[row.baseline]
         if row.bound is None:
