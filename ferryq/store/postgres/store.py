@@ -594,7 +594,7 @@ async def insert_with(
     params.update(state=job.state.value, args=list(args))
     ids: list[int] = (await run(Q["job_insert_batch"], params))[0][0]
     if lane is not None:  # inserted waiting: the lane admits what it has room for
-        await lanes.settle(run, lane, job.created_at)
+        await lanes.settle(run, lane, job.created_at, locked=True)
     if job.unique_key is not None:
         return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
     return [Inserted(i, True) for i in ids]
