@@ -20,6 +20,8 @@ from rich.text import Text
 
 from ferryq.insights import Explanation, Stats, when
 from ferryq.job import Job, State
+from ferryq.lanes import LaneRule
+from ferryq.store.base import LaneInfo
 
 STATE_STYLES: dict[State, str] = {
     State.SCHEDULED: "cyan",
@@ -290,3 +292,38 @@ def stats_view(stats: Stats, now: float) -> Group:
     else:
         parts.append(Text("no live workers", style="yellow"))
     return Group(*parts)
+
+
+# -- lanes ---------------------------------------------------------------------
+
+
+def rule_text(rule: LaneRule) -> str:
+    return f"limit {rule.limit}, on dead {rule.on_dead}"
+
+
+def lanes_table(lanes: Iterable[LaneInfo]) -> Table:
+    table = _table()
+    table.add_column("lane", overflow="fold")
+    for name in ("waiting", "admitted", "running", "limit"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("rule", overflow="fold")
+    table.add_column("halted by", justify="right", no_wrap=True)
+    for info in lanes:
+        rule = "default" if info.rule.pattern == "*" else info.rule.pattern
+        halted = Text(str(info.halted_by), style="bold red") if info.halted_by else text(None)
+        table.add_row(
+            Text(info.lane), _count(info.waiting), _count(info.admitted), _count(info.running),
+            str(info.rule.limit), Text(rule), halted,
+        )  # fmt: skip
+    return table
+
+
+def rules_table(rules: Iterable[LaneRule]) -> Table:
+    table = _table()
+    table.add_column("pattern", overflow="fold")
+    table.add_column("limit", justify="right")
+    table.add_column("on dead")
+    for rule in rules:
+        style = "bold red" if rule.on_dead == "halt" else ""
+        table.add_row(Text(rule.pattern), str(rule.limit), Text(rule.on_dead, style=style))
+    return table

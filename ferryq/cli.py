@@ -16,16 +16,18 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
 from click.core import ParameterSource
 from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 import ferryq
 from ferryq import _render, backoff
+from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import Job, State
@@ -514,6 +516,104 @@ def for_every_dead(
             done += action(ids)
             progress.advance(bar, len(ids))
     return done
+
+
+# -- lanes ---------------------------------------------------------------------
+
+
+@cli.group()
+def lanes() -> None:
+    """Ordered lanes: the busiest, and the limits per lane or prefix."""
+
+
+@lanes.command("ls")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@click.pass_context
+def lanes_ls(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Lanes with unfinished jobs, busiest first, then halted lanes."""
+    found = get_app(ctx).lanes(limit=limit)
+    if as_json:
+        emit_json([asdict(info) for info in found])
+    elif not found:
+        out.print("no lanes with unfinished jobs", style="dim")
+    else:
+        show(_render.lanes_table(found))
+        if len(found) == limit:
+            out.print(f"the {limit} busiest lanes: add --limit for more", style="dim")
+
+
+@lanes.command("limit")
+@click.argument("pattern", required=False)
+@click.argument("limit", type=int, required=False)
+@click.option("--on-dead", type=click.Choice(lanes_module.ON_DEAD),
+              help="With LIMIT: halt the lane behind a dead job, or go on [continue].")  # fmt: skip
+@click.option("--clear", is_flag=True, help="Remove the rule for PATTERN.")
+@json_option
+@click.pass_context
+def lanes_limit(
+    ctx: click.Context, pattern: str | None, limit: int | None, on_dead: str | None,
+    clear: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Show, set or clear the limit of a lane (post:42) or a prefix (tenant:*).
+
+    \b
+    ferryq lanes limit                    every rule
+    ferryq lanes limit tenant:acme        the rule lane tenant:acme follows
+    ferryq lanes limit 'tenant:*' 3       at most 3 running jobs in each tenant lane
+    ferryq lanes limit 'tenant:*' --clear back to the next rule, or the default of 1
+
+    Jobs not started yet follow a change at once.
+    """
+    check_lane_limit_usage(pattern, limit, on_dead, clear)
+    app = get_app(ctx)
+    if pattern is None:
+        print_rules(app.lane_limits(), as_json)
+    elif clear:
+        lanes_module.check_rule(pattern, lanes_module.DEFAULT_LIMIT, "continue")
+        cleared = app.clear_lane_limit(pattern)
+        if as_json:
+            emit_json({"pattern": pattern, "cleared": cleared})
+        elif cleared:
+            out.print(Text(f"cleared the rule for {pattern}"))
+        else:
+            out.print(Text(f"no rule for {pattern}: nothing changed", style="dim"))
+    elif limit is not None:
+        rule = app.set_lane_limit(pattern, limit, on_dead or "continue")
+        if as_json:
+            emit_json(asdict(rule))
+        else:
+            out.print(Text(f"{rule.pattern}: {_render.rule_text(rule)}"))
+    else:
+        lanes_module.check_rule(pattern, lanes_module.DEFAULT_LIMIT, "continue")
+        rule = lanes_module.rule_for(app.lane_limits(), pattern)
+        default = rule == lanes_module.DEFAULT_RULE
+        if as_json:
+            emit_json({"pattern": pattern, "rule": asdict(rule), "default": default})
+        else:
+            source = "the default" if default else f"rule {rule.pattern}"
+            out.print(Text(f"{pattern}: {_render.rule_text(rule)} ({source})"))
+
+
+def check_lane_limit_usage(
+    pattern: str | None, limit: int | None, on_dead: str | None, clear: bool
+) -> None:
+    if clear and limit is not None:
+        raise click.UsageError("give LIMIT or --clear, not both")
+    if pattern is None and clear:
+        raise click.UsageError("--clear needs a PATTERN")
+    if on_dead is not None and limit is None:
+        raise click.UsageError("--on-dead goes with LIMIT")
+
+
+def print_rules(rules: Sequence[lanes_module.LaneRule], as_json: bool) -> None:
+    rules = sorted(rules, key=lambda rule: rule.pattern)  # the stores promise no order
+    if as_json:
+        emit_json([asdict(rule) for rule in rules])
+    elif not rules:
+        out.print(f"no lane rules: every lane runs {lanes_module.DEFAULT_LIMIT} job at a time")
+    else:
+        show(_render.rules_table(rules))
 
 
 # -- stats and demo ------------------------------------------------------------

@@ -26,7 +26,16 @@ def url(tmp_path: Path) -> str:
 @pytest.fixture
 def ferryq(tmp_path: Path, url: str) -> Run:
     """``ferryq --url URL ARGS...`` with FERRYQ_URL set to the same database."""
+    return runner(url, tmp_path)
 
+
+@pytest.fixture
+def ferryq_each(tmp_path: Path, backend_url: str) -> Run:
+    """The same, once on SQLite and once on PostgreSQL."""
+    return runner(backend_url, tmp_path)
+
+
+def runner(url: str, tmp_path: Path) -> Run:
     def run(
         *args: str, input: str | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
@@ -331,6 +340,138 @@ def test_worker_with_a_bad_target_says_why(ferryq: Run, target: str, expected: s
 
 def test_worker_with_a_bad_queue_name_says_why(ferryq: Run) -> None:
     assert "queue" in failed(ferryq("worker", TASKS, "--burst", "--queues", "a b"), 2)
+
+
+# -- lanes ---------------------------------------------------------------------
+
+
+def rules(ferryq: Run) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = as_json(ferryq("lanes", "limit", "--json"))
+    return found
+
+
+def lanes(ferryq: Run) -> dict[str, dict[str, Any]]:
+    return {info["lane"]: info for info in as_json(ferryq("lanes", "ls", "--json"))}
+
+
+def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
+    ferryq = ferryq_each
+    assert "no lane rules" in ok(ferryq("lanes", "limit")).stdout
+    assert rules(ferryq) == []
+    said = ok(ferryq("lanes", "limit", "tenant:*", "2", "--on-dead", "halt")).stdout
+    assert "tenant:*: limit 2, on dead halt" in said
+    set_reply = as_json(ferryq("lanes", "limit", "post:1", "3", "--json"))
+    assert set_reply == {"pattern": "post:1", "limit": 3, "on_dead": "continue"}
+    assert rules(ferryq) == [
+        {"pattern": "post:1", "limit": 3, "on_dead": "continue"},
+        {"pattern": "tenant:*", "limit": 2, "on_dead": "halt"},
+    ]
+    listed = ok(ferryq("lanes", "limit")).stdout
+    assert "tenant:*" in listed
+    assert "post:1" in listed
+    # A lane name shows the rule it follows: its own, a prefix's, or the default.
+    shown = ok(ferryq("lanes", "limit", "tenant:acme")).stdout
+    assert "tenant:acme: limit 2, on dead halt (rule tenant:*)" in shown
+    assert as_json(ferryq("lanes", "limit", "tenant:acme", "--json")) == {
+        "pattern": "tenant:acme",
+        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "halt"},
+        "default": False,
+    }
+    assert "(the default)" in ok(ferryq("lanes", "limit", "post:2")).stdout
+    assert as_json(ferryq("lanes", "limit", "post:2", "--json"))["default"] is True
+    assert "cleared the rule for post:1" in ok(ferryq("lanes", "limit", "post:1", "--clear")).stdout
+    assert "nothing changed" in ok(ferryq("lanes", "limit", "post:1", "--clear")).stdout
+    cleared = as_json(ferryq("lanes", "limit", "post:1", "--clear", "--json"))
+    assert cleared == {"pattern": "post:1", "cleared": False}
+    assert [rule["pattern"] for rule in rules(ferryq)] == ["tenant:*"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["x", "0"], "lane limit"),
+        (["x", "100001"], "lane limit"),
+        (["x", "two"], "LIMIT"),
+        (["a*b", "2"], "'*' may only end a pattern"),
+        (["a*b", "--clear"], "'*' may only end a pattern"),
+        (["a*b"], "'*' may only end a pattern"),
+        (["", "2"], "lane pattern"),
+        (["x", "2", "--on-dead", "stop"], "--on-dead"),
+        (["x", "--on-dead", "halt"], "--on-dead goes with LIMIT"),
+        (["x", "2", "--clear"], "LIMIT or --clear"),
+        (["--clear"], "--clear needs a PATTERN"),
+    ],
+)
+def test_invalid_lane_limits_are_refused_and_change_nothing(
+    ferryq: Run, arguments: list[str], named: str
+) -> None:
+    ok(ferryq("lanes", "limit", "x", "5"))
+    result = ferryq("lanes", "limit", *arguments)
+    assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    assert named in result.stderr.strip().splitlines()[-1]
+    assert rules(ferryq) == [{"pattern": "x", "limit": 5, "on_dead": "continue"}]
+
+
+def test_lanes_ls_and_explain_of_waiting_jobs(ferryq_each: Run) -> None:
+    ferryq = ferryq_each
+    assert "no lanes" in ok(ferryq("lanes", "ls")).stdout
+    ok(ferryq("lanes", "limit", "tenant:*", "2"))
+    slow = [enqueue(ferryq, "send", f"[{i}]", "--lane", "tenant:a") for i in range(4)]
+    quick = enqueue(ferryq, "send", "[]", "--lane", "tenant:b")
+    assert [job(ferryq, i)["state"] for i in slow] == ["ready", "ready", "waiting", "waiting"]
+    assert job(ferryq, quick)["state"] == "ready"
+    found = lanes(ferryq)
+    assert list(found) == ["tenant:a", "tenant:b"]  # busiest first
+    assert found["tenant:a"] == {
+        "lane": "tenant:a", "waiting": 2, "admitted": 2, "running": 0, "halted_by": None,
+        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "continue"},
+    }  # fmt: skip
+    assert found["tenant:b"]["admitted"] == 1
+    table = ok(ferryq("lanes", "ls")).stdout
+    assert "tenant:a" in table  # as it is: no emoji for ":a"
+    assert "tenant:*" in table
+    assert "add --limit" in ok(ferryq("lanes", "ls", "--limit", "1")).stdout
+    assert list(as_json(ferryq("lanes", "ls", "--limit", "1", "--json"))[0]) == list(
+        found["tenant:a"]
+    )
+
+    explained = as_json(ferryq("jobs", "explain", str(slow[3]), "--json"))
+    assert explained["state"] == "waiting"
+    assert explained["reason"] == "lane_limit"
+    data = explained["data"]
+    assert (data["lane"], data["position"], data["limit"]) == ("tenant:a", 2, 2)
+    assert [held["id"] for held in data["held"]] == slow[:2]
+    assert "at its limit of 2" in ok(ferryq("jobs", "explain", str(slow[3]))).stdout
+
+    # Lowering the limit sends a job not started yet back to waiting, behind the first.
+    ok(ferryq("lanes", "limit", "tenant:a", "1"))
+    assert job(ferryq, slow[1])["state"] == "waiting"
+    explained = as_json(ferryq("jobs", "explain", str(slow[1]), "--json"))
+    assert explained["reason"] == "lane_order"
+    assert explained["data"]["waiting_for"] == slow[0]
+    assert lanes(ferryq)["tenant:a"]["rule"]["pattern"] == "tenant:a"
+
+
+def test_a_halted_lane_shows_and_purge_releases_it(ferryq_each: Run) -> None:
+    ferryq = ferryq_each
+    ok(ferryq("lanes", "limit", "import:*", "1", "--on-dead", "halt"))
+    first = enqueue(ferryq, "always_fails", '["bad row"]', "--app", TASKS, "--lane", "import:7")
+    second = enqueue(ferryq, "echo", "[2]", "--lane", "import:7")
+    run_burst(ferryq)
+    assert job(ferryq, first)["state"] == "dead"
+    assert job(ferryq, second)["state"] == "waiting"
+    assert lanes(ferryq)["import:7"]["halted_by"] == first
+    assert str(first) in ok(ferryq("lanes", "ls")).stdout
+    explained = as_json(ferryq("jobs", "explain", str(second), "--json"))
+    assert explained["reason"] == "lane_halted"
+    assert explained["data"] == {"lane": "import:7", "halted_by": first}
+    assert "respawn or purge" in ok(ferryq("jobs", "explain", str(second))).stdout
+    ok(ferryq("dead", "purge", str(first), "--yes"))
+    assert job(ferryq, second)["state"] == "ready"
+    run_burst(ferryq)
+    assert job(ferryq, second)["state"] == "succeeded"
+    assert lanes(ferryq) == {}
 
 
 # -- demo ----------------------------------------------------------------------
