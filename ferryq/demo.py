@@ -1,13 +1,16 @@
 """``ferryq demo``: a short story of jobs on a fresh SQLite file, watched live.
 
 Worker processes run :mod:`ferryq.demo_tasks`; this process enqueues the story, shows
-the counts by state until every job is finished (or time runs out), then explains the
-job that died and prints commands to look further. Ctrl-C stops everything cleanly.
+the counts by state and the busiest lanes until every job is finished (or time runs
+out), then explains the job that died, shows from the stored times that each post's
+comments ran in order and that a slow tenant's backlog did not hold up another tenant,
+and prints commands to look further. Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shlex
 import signal
@@ -19,28 +22,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
 from ferryq import _render
 from ferryq.app import App
 from ferryq.insights import Stats
-from ferryq.job import TERMINAL_STATES
+from ferryq.job import TERMINAL_STATES, Job, State
+from ferryq.store.base import LaneInfo
 
 EMAILS = 200
 IMAGES = 40
+POSTS = 3
+COMMENTS = 8  # per post
+SLOW_EXPORTS = 12  # 0.4 s each, 2 at a time: about 2.4 s of backlog in one tenant lane
+TENANT_LIMIT = 2
 REFRESH_SECONDS = 0.25
+LANES_SHOWN = 5
 STOP_SECONDS = 15.0
 
 console = Console(highlight=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Story:
     total: int
     upload_id: int
     report_id: int
+    comment_ids: dict[int, list[int]]  # post -> its comments' jobs, in the order written
+    slow_ids: list[int]  # the slow tenant's backlog
+    quick_id: int  # the other tenant's one job, enqueued behind that backlog
+    waiting_seen: str | None = None  # explain of the backlog's last job while it waited
 
 
 class WorkersGone(Exception):
@@ -132,13 +145,27 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
 def enqueue_story() -> Story:
     from ferryq import demo_tasks as t
 
+    # First the slow tenant's backlog, then another tenant's one job behind it: with
+    # lanes, that job does not wait for the backlog, only for a free worker slot.
+    t.app.set_lane_limit("tenant:*", TENANT_LIMIT)
+    slow = t.export_rows.options(lane="tenant:slowco").enqueue_many(
+        [("slowco", part) for part in range(1, SLOW_EXPORTS + 1)]
+    )
+    quick = t.export_rows.options(lane="tenant:quickco").enqueue("quickco", 1)
     emails = t.send_email.enqueue_many(
         [{"to": f"user{i}@example.com", "subject": "Your weekly digest"} for i in range(EMAILS)]
     )
     images = t.resize_image.enqueue_many([(f"photos/{i:03}.jpg", 640) for i in range(IMAGES)])
     upload = t.flaky_upload.enqueue("backups/2024-06.tar.gz")
     report = t.report.options(delay=3).enqueue("weekly")
-    return Story(len(emails) + len(images) + 2, upload.id, report.id)
+    comments = {
+        post: [h.id for h in t.publish_comment.options(lane=f"post:{post}").enqueue_many(
+            [(post, n) for n in range(1, COMMENTS + 1)]
+        )]
+        for post in range(1, POSTS + 1)
+    }  # fmt: skip
+    total = len(slow) + 1 + len(emails) + len(images) + 2 + POSTS * COMMENTS
+    return Story(total, upload.id, report.id, comments, [h.id for h in slow], quick.id)
 
 
 def finished(current: Stats) -> int:
@@ -157,7 +184,11 @@ def watch(
         while True:
             current = app.stats()
             done = finished(current)
-            live.update(view(current, done, story, time.monotonic() - started), refresh=True)
+            busiest = app.lanes(limit=LANES_SHOWN)
+            note_waiting(app, story)
+            live.update(
+                view(current, busiest, done, story, time.monotonic() - started), refresh=True
+            )
             if done >= story.total:
                 return current, True
             if time.monotonic() >= deadline:
@@ -167,13 +198,24 @@ def watch(
             time.sleep(REFRESH_SECONDS)
 
 
-def view(current: Stats, done: int, story: Story, elapsed: float) -> Group:
+def note_waiting(app: App, story: Story) -> None:
+    """Keep what explain said of the backlog's last job while it was waiting."""
+    if story.waiting_seen is None:
+        explained = app.explain(story.slow_ids[-1])
+        if explained.state == State.WAITING:
+            story.waiting_seen = explained.message
+
+
+def view(current: Stats, busiest: list[LaneInfo], done: int, story: Story, elapsed: float) -> Group:
     header = Text.assemble(
         ("ferryq demo", "bold"),
         f"  {elapsed:5.1f} s  {done}/{story.total} jobs finished  ",
         (f"{len(current.workers)} live worker(s)", "green" if current.workers else "yellow"),
     )
-    return Group(header, _render.counts_table(current.counts))
+    parts: list[RenderableType] = [header, _render.counts_table(current.counts)]
+    if busiest:
+        parts += [Text("busiest lanes", style="bold"), _render.lanes_table(busiest)]
+    return Group(*parts)
 
 
 def summarize(
@@ -186,10 +228,43 @@ def summarize(
         console.print(f"\nstopped after {elapsed:.1f} s with {left} job(s) not finished")
     console.print(Text("the flaky upload:  ") + Text(app.explain(story.upload_id).message))
     console.print(Text("the delayed report: ") + Text(app.explain(story.report_id).message))
+    summarize_lanes(app, story)
     base = f"ferryq --url {shlex.quote(app.url)}"
     console.print(f"\ndatabase:    {folder / 'demo.db'}")
     console.print(f"worker logs: {folder}/worker-*.log")
     console.print("\ntry next:")
     for command in ("jobs ls", f"jobs show {story.upload_id}",
-                    f"jobs explain {story.upload_id}", "dead ls", "stats"):  # fmt: skip
+                    f"jobs explain {story.upload_id}", "dead ls", "stats", "lanes ls",
+                    "lanes limit", f"jobs explain {story.slow_ids[-1]}"):  # fmt: skip
         console.print(Text(f"  {base} {command}"))
+
+
+def summarize_lanes(app: App, story: Story) -> None:
+    """Show from the stored times that lanes kept order and one tenant did not stall another."""
+    in_order = all(
+        started_in_order([app.get_job(i) for i in ids]) for ids in story.comment_ids.values()
+    )
+    verdict = "one at a time, in the order written" if in_order else "OUT OF ORDER"
+    console.print(f"the comments:       {POSTS} posts x {COMMENTS} in lanes post:N, {verdict}")
+    quick, last = app.get_job(story.quick_id), app.get_job(story.slow_ids[-1])
+    console.print(
+        f"the tenants:        slowco's {SLOW_EXPORTS} slow exports ran {TENANT_LIMIT} at a time "
+        f"(rule tenant:*); the last started {wait_text(last)}, while quickco's one export, "
+        f"enqueued behind them, started {wait_text(quick)}"
+    )
+    if story.waiting_seen:
+        console.print(Text("  while it waited:  ") + Text(story.waiting_seen))
+
+
+def wait_text(job: Job) -> str:
+    if job.started_at is None:
+        return f"never ({job.state})"
+    return f"{_render.seconds(job.started_at - job.created_at)} after it was enqueued"
+
+
+def started_in_order(jobs: list[Job]) -> bool:
+    """Each job started only after the one before it in the lane had finished."""
+    return all(
+        a.finished_at is not None and b.started_at is not None and b.started_at >= a.finished_at
+        for a, b in itertools.pairwise(jobs)
+    )

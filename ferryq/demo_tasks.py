@@ -39,3 +39,17 @@ def flaky_upload(path: str) -> None:
 async def report(period: str) -> dict[str, Any]:
     await asyncio.sleep(0.05)
     return {"period": period, "emails": 200, "images": 40}
+
+
+@app.task(name="publish_comment", queue="comments")
+async def publish_comment(post: int, number: int) -> dict[str, Any]:
+    # Each post's comments share the lane post:N: one at a time, in the order written.
+    await asyncio.sleep(random.uniform(0.02, 0.08))
+    return {"post": post, "comment": number}
+
+
+@app.task(name="export_rows", queue="exports")
+def export_rows(tenant: str, part: int) -> dict[str, Any]:
+    # Lanes tenant:NAME, limited together by the rule tenant:* (2 at a time per tenant).
+    time.sleep(0.4 if tenant == "slowco" else 0.05)
+    return {"tenant": tenant, "part": part}

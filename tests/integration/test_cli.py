@@ -483,3 +483,7 @@ def test_demo_runs_the_story_and_prints_a_summary(ferryq: Run) -> None:
     assert "the flaky upload" in result.stdout
     assert "jobs explain" in result.stdout
     assert "dead ls" in result.stdout
+    said = " ".join(result.stdout.split())  # as one line: rich wraps at 80 columns here
+    assert "one at a time, in the order written" in said
+    assert "lane 'tenant:slowco' is at its limit of 2" in said
+    assert "lanes ls" in said
