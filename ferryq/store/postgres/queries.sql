@@ -258,7 +258,8 @@ WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL;
 
 -- name: lane_rules
 SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
-WHERE namespace = ANY(:namespaces::text[]);
+WHERE namespace = ANY(:namespaces::text[])
+ORDER BY namespace, pattern COLLATE "C";
 
 -- name: lane_rule_set
 INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)

@@ -203,7 +203,8 @@ SELECT id, namespace, lane FROM ferryq_jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND lane IS NOT NULL;
 
 -- name: lane_rules
-SELECT pattern, lane_limit, on_dead FROM ferryq_lane_rules WHERE namespace = :namespace;
+SELECT pattern, lane_limit, on_dead FROM ferryq_lane_rules WHERE namespace = :namespace
+ORDER BY pattern;
 
 -- name: lane_rules_all
 SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
