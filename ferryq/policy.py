@@ -9,6 +9,7 @@ from typing import Any
 
 from ferryq import backoff as backoff_mod
 from ferryq.backoff import Backoff
+from ferryq.lanes import MAX_LANE_LENGTH
 
 YEAR = 365 * 24 * 3600.0
 MAX_TRIES_LIMIT = 65535
@@ -50,8 +51,12 @@ class JobOptions:
     def validate(self) -> None:
         _check_name("queue", self.queue)
         _check_name("namespace", self.namespace)
-        if self.lane is not None and not (isinstance(self.lane, str) and 0 < len(self.lane) <= 255):
-            raise ValueError("lane must be a non-empty string of at most 255 characters")
+        if self.lane is not None and not (
+            isinstance(self.lane, str) and 0 < len(self.lane) <= MAX_LANE_LENGTH
+        ):
+            raise ValueError(
+                f"lane must be a non-empty string of at most {MAX_LANE_LENGTH} characters"
+            )
         _check_number("delay", self.delay, minimum=0.0)
         _check_number("run_at", self.run_at, minimum=0.0)
         _check_number("priority", self.priority, minimum=-YEAR, maximum=YEAR)

@@ -206,10 +206,6 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND lane IS NOT NULL;
 SELECT pattern, lane_limit, on_dead FROM ferryq_lane_rules WHERE namespace = :namespace
 ORDER BY pattern;
 
--- name: lane_rules_all
-SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
-ORDER BY namespace, pattern;
-
 -- name: lane_rule_set
 INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)
 VALUES (:namespace, :pattern, :lane_limit, :on_dead, :now)
