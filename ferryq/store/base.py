@@ -150,6 +150,26 @@ class WorkerInfo:
     running: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Token:
+    """A namespace's API token, as stored: never the token itself, only its digest.
+
+    ``hint`` is the token's first characters, enough for people to tell tokens apart
+    in listings. The ``limit_*`` fields are the optional rate limit: at most
+    ``limit_read`` consumes and ``limit_write`` publishes per ``limit_interval``
+    seconds (``None``: no limit).
+    """
+
+    namespace: str
+    digest: str  # hex SHA-256 of the token
+    description: str
+    hint: str
+    created_at: float
+    limit_read: int | None = None
+    limit_write: int | None = None
+    limit_interval: float | None = None
+
+
 class Store(Protocol):
     """Persistence for jobs, workers and leadership. See the module docstring."""
 
@@ -217,15 +237,63 @@ class Store(Protocol):
     async def job_cancel(self, job_id: int, now: float) -> Job: ...
 
     async def job_respawn(
-        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+        self,
+        job_ids: Sequence[int],
+        now: float,
+        expires_at: float | None = None,
+        max_tries: int | None = None,
     ) -> list[int]:
-        """Queue terminal jobs again with a fresh try count; return the ids moved."""
+        """Queue terminal jobs again with a fresh try count (and, when given, a new
+        ``max_tries``); return the ids moved."""
 
     async def job_purge(self, job_ids: Sequence[int], now: float) -> int:
         """Delete dead jobs from the dead letters (releasing lanes they halted)."""
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
         """Counts by (namespace, queue, state), hot and historical."""
+
+    # queues as the HTTP API sees them (lmstfy): consumers that lease jobs by queue
+    async def job_take(
+        self, namespace: str, queue: str, limit: int, worker: str, ttr: float, now: float
+    ) -> list[Job]:
+        """Claim up to ``limit`` ready jobs of one queue, in claim order, leasing each
+        for ``ttr`` seconds (which becomes the job's ttr). Due jobs are promoted first,
+        as ``job_claim`` does. Returns the jobs as stored after the claim."""
+
+    async def job_ack(
+        self, namespace: str, queue: str, job_ids: Sequence[int], now: float
+    ) -> list[int]:
+        """End each unfinished job of the queue as succeeded, whichever attempt holds
+        it (an HTTP consumer has no fencing token); return the ids acknowledged."""
+
+    async def queue_peek(self, namespace: str, queue: str, now: float) -> Job | None:
+        """The ready job that the next consume of the queue would take, unchanged."""
+
+    async def queue_size(self, namespace: str, queue: str, state: State) -> int:
+        """How many jobs of the queue are in ``state`` (hot or, for terminal states,
+        historical)."""
+
+    async def queue_clear(self, namespace: str, queue: str, now: float) -> int:
+        """Cancel every ready job of the queue; return how many."""
+
+    async def dead_oldest(self, namespace: str, queue: str, limit: int) -> list[int]:
+        """Ids of the queue's dead jobs, the longest dead first."""
+
+    # tokens of the HTTP API
+    async def token_create(self, token: Token) -> bool:
+        """Store a token; False (and nothing written) when its digest exists."""
+
+    async def token_get(self, digest: str) -> Token | None: ...
+
+    async def token_list(self, namespace: str | None) -> list[Token]:
+        """Tokens of a namespace (or of all, with ``None``), oldest first."""
+
+    async def token_delete(self, namespace: str, digest: str) -> bool: ...
+
+    async def token_limit_set(
+        self, digest: str, read: int | None, write: int | None, interval: float | None
+    ) -> bool:
+        """Set (or, with all ``None``, clear) a token's rate limit; False if no token."""
 
     # lanes
     async def lane_rules(self, namespace: str) -> list[LaneRule]: ...
