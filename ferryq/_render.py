@@ -21,7 +21,7 @@ from rich.text import Text
 from ferryq.insights import Explanation, Stats, when
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
-from ferryq.store.base import LaneInfo
+from ferryq.store.base import LaneInfo, Token
 
 STATE_STYLES: dict[State, str] = {
     State.SCHEDULED: "cyan",
@@ -326,4 +326,24 @@ def rules_table(rules: Iterable[LaneRule]) -> Table:
     for rule in rules:
         style = "bold red" if rule.on_dead == "halt" else ""
         table.add_row(Text(rule.pattern), str(rule.limit), Text(rule.on_dead, style=style))
+    return table
+
+
+def tokens_table(tokens: Iterable[Token]) -> Table:
+    table = _table()
+    table.add_column("namespace")
+    table.add_column("token")
+    table.add_column("description", overflow="fold")
+    table.add_column("created")
+    table.add_column("limit")
+    for token in tokens:
+        limit = (
+            "-"
+            if token.limit_interval is None
+            else (
+                f"{token.limit_read} reads, {token.limit_write} writes / {token.limit_interval:g} s"
+            )
+        )
+        table.add_row(Text(token.namespace), Text(token.hint), Text(token.description),
+                      when(token.created_at), limit)  # fmt: skip
     return table

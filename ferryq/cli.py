@@ -643,3 +643,7 @@ def demo(ctx: click.Context, seconds: float, workers: int) -> None:
     from ferryq import demo as demo_module
 
     ctx.exit(demo_module.run(seconds=seconds, workers=workers))
+
+
+# The HTTP server and its tokens live in their own module; importing it adds them here.
+from ferryq import cli_server  # noqa: E402, F401

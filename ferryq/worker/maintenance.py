@@ -6,7 +6,9 @@ so there is no single point of failure and no extra process to deploy.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ferryq.store.base import Store
@@ -15,6 +17,7 @@ from ferryq.worker.executor import LeaseExpired, failure
 log = logging.getLogger("ferryq.maintenance")
 
 DAY = 86400.0
+LEADER = "maintenance"
 
 
 @dataclass(slots=True)
@@ -78,3 +81,47 @@ class Maintenance:
             log.warning("recovered %d job(s) whose lease expired: %s",
                         len(report.accepted), report.accepted[:20])  # fmt: skip
         return len(report.accepted)
+
+
+class MaintenanceLoop:
+    """Every ``interval`` seconds: take or keep the leadership, and act while holding it.
+
+    Workers and servers each run one; whichever holds the lease does the work.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        clock: Callable[[], float],
+        *,
+        interval: float = 0.5,
+        leader_ttl: float = 5.0,
+        retention: float = 14 * DAY,
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.clock = clock
+        self.interval = interval
+        self.leader_ttl = leader_ttl
+        self.retention = retention
+        self._maintenance: Maintenance | None = None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.once()
+            except Exception:
+                log.exception("maintenance round failed")
+
+    async def once(self) -> None:
+        now = self.clock()
+        if await self.store.leader_acquire(LEADER, self.holder, self.leader_ttl, now):
+            if self._maintenance is None:
+                self._maintenance = Maintenance(self.store, self.holder, retention=self.retention)
+            await self._maintenance.tick(now)
+
+    async def leave(self) -> None:
+        """Give up the leadership, so another process takes over at once."""
+        await self.store.leader_release(LEADER, self.holder)

@@ -21,14 +21,13 @@ from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInf
 from ferryq.worker import executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Stop
-from ferryq.worker.maintenance import Maintenance
+from ferryq.worker.maintenance import MaintenanceLoop
 from ferryq.worker.producer import Producer
 
 if TYPE_CHECKING:
     from ferryq.app import App
 
 log = logging.getLogger("ferryq.worker")
-LEADER = "maintenance"
 
 
 class Worker:
@@ -87,7 +86,7 @@ class Worker:
         self._producer: Producer | None = None
         self._completer: Completer | None = None
         self._started_at = 0.0
-        self._maintenance: Maintenance | None = None
+        self._maintenance: MaintenanceLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -104,6 +103,10 @@ class Worker:
             request_heartbeat=self._request_heartbeat_threadsafe,
         )  # fmt: skip
         completer.bind(producer.cycle)
+        maintenance = self._maintenance = MaintenanceLoop(
+            store, self.id, self.app.clock, interval=self.maintenance_interval,
+            leader_ttl=self.leader_ttl, retention=self.history_retention,
+        )  # fmt: skip
         self._started_at = self.app.clock()
         self._install_signals()
         log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
@@ -111,11 +114,11 @@ class Worker:
         background = [
             asyncio.create_task(completer.run(), name="ferryq-completer"),
             asyncio.create_task(self._heartbeat_loop(), name="ferryq-heartbeat"),
-            asyncio.create_task(self._maintenance_loop(), name="ferryq-maintenance"),
+            asyncio.create_task(maintenance.run(), name="ferryq-maintenance"),
         ]
         try:
             if self.burst:
-                await self._maintain_once()
+                await maintenance.once()
             await producer.run(self.burst)
             await self._shutdown()
         finally:
@@ -155,7 +158,8 @@ class Worker:
     async def _leave(self, store: Store) -> None:
         try:
             await store.worker_remove(self.id)
-            await store.leader_release(LEADER, self.id)
+            if self._maintenance is not None:
+                await self._maintenance.leave()
         except Exception:
             log.exception("could not deregister worker %s", self.id)
 
@@ -259,26 +263,6 @@ class Worker:
         for attempt in list(self.active.values()):  # could not renew in time
             if attempt.lease_until < now and attempt.runner is not None:
                 attempt.interrupt(Stop.LEASE)
-
-    # -- maintenance --------------------------------------------------------------
-
-    async def _maintenance_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.maintenance_interval)
-            try:
-                await self._maintain_once()
-            except Exception:
-                log.exception("maintenance round failed")
-
-    async def _maintain_once(self) -> None:
-        assert self._store is not None
-        now = self.app.clock()
-        if await self._store.leader_acquire(LEADER, self.id, self.leader_ttl, now):
-            if self._maintenance is None:
-                self._maintenance = Maintenance(
-                    self._store, self.id, retention=self.history_retention
-                )
-            await self._maintenance.tick(now)
 
     # -- signals -----------------------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""Building the two ASGI apps (API and admin) and serving them on their own ports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import uvicorn
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+import ferryq
+from ferryq.app import App
+from ferryq.errors import ConfigurationError
+from ferryq.server.admin import AdminApi, BasicAuth, metrics_text
+from ferryq.server.engine import Engine
+from ferryq.server.http import RequestIds, api_not_found
+from ferryq.server.lmstfy import LmstfyApi
+from ferryq.server.native import native_router
+
+log = logging.getLogger("ferryq.server")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    url: str
+    host: str = "127.0.0.1"
+    port: int = 7777
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 7778
+    admin_credential: str | None = None  # "user:password"; None: no auth (loopback only)
+
+    def check(self) -> None:
+        for name, port in (("port", self.port), ("admin port", self.admin_port)):
+            if not 0 <= port <= 65535:
+                raise ConfigurationError(f"{name} must be from 0 to 65535 (got {port})")
+        if self.admin_credential is not None and ":" not in self.admin_credential:
+            raise ConfigurationError("the admin credential must be USER:PASSWORD")
+        if self.admin_credential is None and not _is_loopback(self.admin_host):
+            raise ConfigurationError(
+                f"refusing to serve the admin API on {self.admin_host} without a credential: "
+                "set --admin-credential USER:PASSWORD (or FERRYQ_ADMIN_CREDENTIAL), or bind "
+                "it to 127.0.0.1"
+            )
+
+
+def build_api(engine: Engine) -> ASGIApp:
+    """The API port: lmstfy routes, the native API, metrics and health."""
+    api = FastAPI(
+        title="ferryq", version=ferryq.__version__, docs_url=None, redoc_url=None,
+        openapi_url="/openapi.json",
+        exception_handlers={HTTPException: api_not_found},
+    )  # fmt: skip
+    api.router.routes.extend(LmstfyApi(engine).routes())
+    api.include_router(native_router(engine))
+    api.router.routes.append(Route("/healthz", _healthz, methods=["GET"]))
+    api.router.routes.append(Route("/metrics", _metrics(engine), methods=["GET"]))
+    return RequestIds(api)
+
+
+def build_admin(engine: Engine, credential: str | None) -> ASGIApp:
+    admin: ASGIApp = Starlette(
+        routes=AdminApi(engine, _metrics(engine)).routes(),
+        exception_handlers={HTTPException: api_not_found},
+    )
+    if credential is not None:
+        admin = BasicAuth(admin, credential)
+    return RequestIds(admin)
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def _metrics(engine: Engine):  # type: ignore[no-untyped-def]
+    async def metrics(request: Request) -> Response:
+        return metrics_text("")
+
+    return metrics
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: ``serve`` stops both listeners."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(config: ServerConfig, *, announce: bool = True) -> None:
+    """Serve until SIGTERM or SIGINT; return after a clean stop."""
+    config.check()
+    sockets = [_bind(config.host, config.port), _bind(config.admin_host, config.admin_port)]
+    engine = Engine(App(config.url))
+    await engine.start()
+    apps = [build_api(engine), build_admin(engine, config.admin_credential)]
+    servers = [
+        _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                               timeout_graceful_shutdown=5))
+        for app in apps
+    ]  # fmt: skip
+
+    def stop() -> None:
+        engine.close()
+        for server in servers:
+            server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        running = [asyncio.create_task(s.serve(sockets=[sock]))
+                   for s, sock in zip(servers, sockets, strict=True)]  # fmt: skip
+        if announce:
+            # The sockets listen already: a client that connects now waits in the
+            # backlog until uvicorn takes it, a few milliseconds at most.
+            api, admin = (_url(sock) for sock in sockets)
+            sys.stdout.write(f"ferryq server listening api={api} admin={admin}\n")
+            sys.stdout.flush()
+        await asyncio.gather(*running)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await engine.stop()
+        for sock in sockets:
+            sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,143 @@
+"""The server's share of the engine: one store, tokens, rate limits, waiting consumers,
+and maintenance, for every HTTP route to use.
+
+The server is a peer of the workers: it reads and writes the same tables through the
+Store protocol, and takes part in the maintenance election, so leases run out and
+delayed jobs come due with or without a worker process running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+
+from ferryq.app import App
+from ferryq.job import Job
+from ferryq.server.tokens import RateLimiter, TokenCache
+from ferryq.store.base import Store
+from ferryq.worker.maintenance import MaintenanceLoop
+
+log = logging.getLogger("ferryq.server")
+
+#: How long a waiting consumer goes without looking again, at most: a delayed job that
+#: came due, or a change no notification announced, is seen within this.
+RECHECK_SECONDS = 0.25
+
+
+class Engine:
+    """Everything the routes share. ``start()`` on the serving event loop first."""
+
+    def __init__(self, app: App, *, maintenance: bool = True) -> None:
+        self.app = app
+        self.id = f"http:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.limiter = RateLimiter()
+        self._maintenance_enabled = maintenance
+        self._store: Store | None = None
+        self._tokens: TokenCache | None = None
+        self._changed = asyncio.Event()
+        self._waiting = 0
+        self._watcher: asyncio.Task[None] | None = None
+        self._services: list[asyncio.Task[None]] = []
+        self._maintenance: MaintenanceLoop | None = None
+        self.closing = False
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the engine is not started")
+        return self._store
+
+    @property
+    def tokens(self) -> TokenCache:
+        if self._tokens is None:
+            raise RuntimeError("the engine is not started")
+        return self._tokens
+
+    def now(self) -> float:
+        return self.app.clock()
+
+    async def start(self) -> None:
+        self._store = await self.app.store()
+        self._tokens = TokenCache(self._store)
+        if self._maintenance_enabled:
+            self._maintenance = MaintenanceLoop(self._store, self.id, self.app.clock)
+            self._services.append(asyncio.create_task(self._maintenance.run()))
+
+    def close(self) -> None:
+        """Stop serving: waiting consumers return empty-handed at once."""
+        self.closing = True
+        self.notify()
+
+    async def stop(self) -> None:
+        tasks = [*self._services, *([self._watcher] if self._watcher else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._maintenance is not None:
+            with contextlib.suppress(Exception):
+                await self._maintenance.leave()
+        await self.app.aclose()
+
+    # -- consumers ---------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Something was published here: waiting consumers look again at once."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def take(
+        self, namespace: str, queues: Sequence[str], count: int, ttr: float, timeout: float
+    ) -> list[Job]:
+        """Lease up to ``count`` jobs, trying the queues in the order given; with nothing
+        ready, wait up to ``timeout`` seconds for the first one."""
+        taken = await self._take_now(namespace, queues, count, ttr)
+        if taken or timeout <= 0:
+            return taken
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._waiting += 1
+        self._ensure_watcher()
+        try:
+            while not self.closing and (left := deadline - loop.time()) > 0:
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(left, RECHECK_SECONDS)):
+                        await changed.wait()
+                taken = await self._take_now(namespace, queues, 1, ttr)
+                if taken:
+                    return taken
+            return []
+        finally:
+            self._waiting -= 1
+
+    async def _take_now(
+        self, namespace: str, queues: Sequence[str], count: int, ttr: float
+    ) -> list[Job]:
+        taken: list[Job] = []
+        for queue in queues:
+            want = count - len(taken)
+            if want <= 0:
+                break
+            taken += await self.store.job_take(namespace, queue, want, self.id, ttr, self.now())
+        return taken
+
+    def _ensure_watcher(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """While consumers wait, wake them when another process may have written."""
+        while self._waiting:
+            try:
+                if await self.store.wait_for_change(RECHECK_SECONDS):
+                    self.notify()
+            except Exception:
+                log.exception("watching for new jobs failed")
+                await asyncio.sleep(RECHECK_SECONDS)

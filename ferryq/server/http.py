@@ -1,0 +1,108 @@
+"""What every route shares: request ids, error bodies, bounded bodies and parameters."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: Every request body is read into memory up to this size, and refused past it.
+MAX_BODY_BYTES = 1 << 20
+NAME = re.compile(r"[-_A-Za-z0-9]+")
+MAX_NAME_LENGTH = 255
+
+
+class RequestTooLarge(Exception):
+    pass
+
+
+class RequestIds:
+    """ASGI middleware: an ``X-Request-ID`` on every response, unique per request.
+
+    A process prefix and a counter: unique across processes and restarts (the prefix
+    is random), cheaper than a UUID per request, and sortable within one server.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.prefix = os.urandom(6).hex()
+        self.counter = itertools.count(1)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"{self.prefix}-{next(self.counter):x}".encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def error(status: int, text: str, key: str = "error") -> JSONResponse:
+    return JSONResponse({key: text}, status_code=status)
+
+
+def json(status: int, body: Any) -> JSONResponse:
+    return JSONResponse(body, status_code=status)
+
+
+NO_CONTENT = Response(status_code=204)
+
+
+async def api_not_found(request: Request, exc: Exception) -> Response:
+    """Unknown routes and wrong methods, as lmstfy answers them."""
+    if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
+        return error(exc.status_code, str(exc.detail))
+    return error(404, "api not found")
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body, or :class:`RequestTooLarge` as soon as it passes ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_uint(raw: str | None, default: int, bits: int) -> int | None:
+    """A whole number as Go's ``ParseUint`` reads it; None when it is not one."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit():
+        return None
+    value = int(raw)
+    return value if value < (1 << bits) else None
+
+
+def name_error(namespace: str, queue: str) -> str | None:
+    """lmstfy's checks of a namespace and a queue name, with its messages."""
+    if len(namespace) > MAX_NAME_LENGTH or len(queue) > MAX_NAME_LENGTH:
+        return "namespace or queue name too long"
+    if not NAME.fullmatch(namespace):
+        return "namespace name contains forbidden characters"
+    if queue.startswith("_") or not NAME.fullmatch(queue):
+        return "queue name contains forbidden characters"
+    return None
+
+
+def queue_name_ok(queue: str) -> bool:
+    return (
+        len(queue) <= MAX_NAME_LENGTH and not queue.startswith("_") and bool(NAME.fullmatch(queue))
+    )

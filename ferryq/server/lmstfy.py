@@ -1,0 +1,424 @@
+"""The lmstfy-compatible queue API under ``/api`` (see docs/http-api.md).
+
+Jobs published here are ordinary ferryq jobs: namespace and queue as given, task
+``lmstfy``, args the body (as text when it is UTF-8, else base64, said in ``meta``),
+``max_tries`` = ``tries``, retried at once when a lease runs out (lmstfy puts the job
+back at the end of its queue). Consumers lease jobs for the ``ttr`` they ask for; an
+ack ends the job as succeeded. Job ids are ferryq's ids, as decimal strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json as jsonlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ferryq import backoff
+from ferryq.job import Job, State
+from ferryq.policy import JobOptions
+from ferryq.server import http
+from ferryq.server.engine import Engine
+from ferryq.server.http import NO_CONTENT, RequestTooLarge, error, parse_uint
+from ferryq.server.tokens import POOL, split_pool
+from ferryq.store.base import Token
+
+TASK = "lmstfy"
+DEFAULT_TTL = 86400
+DEFAULT_TRIES = 1
+DEFAULT_TTR = 120
+MAX_ATTRIBUTES = 16
+MAX_BULK = 64
+MAX_COUNT = 100
+#: A consume blocks at most this long, whatever its timeout asks (it may ask again).
+MAX_BLOCK_SECONDS = 600
+MAX_DEAD_LIMIT = 10_000
+
+Handler = Callable[[Request, str, str, Token], Awaitable[Response]]
+
+
+class LmstfyApi:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def routes(self) -> list[Route]:
+        def route(path: str, method: str, handler: Handler, *, token: bool = True) -> Route:
+            return Route(f"/api/{{ns}}/{{q}}{path}", self._guard(handler, token), methods=[method])
+
+        return [
+            route("", "PUT", self.publish),
+            route("/bulk", "PUT", self.publish_bulk),
+            route("/job/{job_id}", "PUT", self.republish),
+            Route("/api/{ns}/{q}", self._consume_route, methods=["GET"]),
+            route("/job/{job_id}", "DELETE", self.ack),
+            route("/peek", "GET", self.peek_queue),
+            route("/job/{job_id}", "GET", self.peek_job),
+            route("/size", "GET", self.size, token=False),
+            route("", "DELETE", self.destroy),
+            route("/deadletter", "GET", self.dead_peek),
+            route("/deadletter", "PUT", self.dead_respawn),
+            route("/deadletter", "DELETE", self.dead_delete),
+            route("/deadletter/size", "GET", self.dead_size, token=False),
+        ]
+
+    # -- checks every route shares ----------------------------------------------
+
+    def _guard(
+        self, handler: Handler, token_needed: bool
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            namespace, queue = request.path_params["ns"], request.path_params["q"]
+            if (problem := http.name_error(namespace, queue)) is not None:
+                return error(400, problem)
+            token = _NO_TOKEN
+            if token_needed:
+                found = await self._authorize(request, namespace)
+                if isinstance(found, Response):
+                    return found
+                token = found
+            return await handler(request, namespace, queue, token)
+
+        return endpoint
+
+    async def _authorize(self, request: Request, namespace: str) -> Token | Response:
+        raw = request.headers.get("x-token") or request.query_params.get("token")
+        if not raw:
+            return error(401, "token not found")
+        pool, secret = split_pool(raw)
+        if pool != POOL:
+            return error(404, "pool not found")
+        token = await self.engine.tokens.lookup(secret)
+        if token is None or token.namespace != namespace:
+            return error(401, "invalid token")
+        return token
+
+    def _limited(self, token: Token, kind: str, n: int = 1) -> Response | None:
+        if self.engine.limiter.take(token, kind, n):
+            return None
+        verb = "consume" if kind == "read" else "publish"
+        return error(429, f"the {verb} of this token has reach the limit rate, please retry later",
+                     key="msg")  # fmt: skip
+
+    # -- publish -----------------------------------------------------------------
+
+    async def publish(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        options = _publish_options(request, ns, q)
+        if isinstance(options, Response):
+            return options
+        try:
+            body = await http.read_body(request)
+        except RequestTooLarge:
+            return error(413, "body too large")
+        if (refused := self._limited(token, "write")) is not None:
+            return refused
+        try:
+            ids = await self._insert(options, [body])
+        except BaseException:
+            self.engine.limiter.refund(token, "write")
+            raise
+        return http.json(201, {"msg": "published", "job_id": ids[0]})
+
+    async def publish_bulk(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        options = _publish_options(request, ns, q)
+        if isinstance(options, Response):
+            return options
+        try:
+            raw = await http.read_body(request, MAX_BULK * http.MAX_BODY_BYTES)
+            items = jsonlib.loads(raw)
+        except RequestTooLarge:
+            return error(413, "body too large")
+        except ValueError:
+            return error(400, "request body should be an array of objects")
+        if not isinstance(items, list):
+            return error(400, "request body should be an array of objects")
+        if not items:
+            return error(400, "no jobs")
+        if len(items) > MAX_BULK:
+            return error(400, "too many jobs")
+        bodies = compact_elements(raw)
+        if any(len(b) > http.MAX_BODY_BYTES for b in bodies):
+            return error(413, "job too large")
+        if (refused := self._limited(token, "write", len(bodies))) is not None:
+            return refused
+        try:
+            ids = await self._insert(options, bodies)
+        except BaseException:
+            self.engine.limiter.refund(token, "write", len(bodies))
+            raise
+        return http.json(201, {"msg": "published", "job_ids": ids})
+
+    async def republish(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        job_id = _job_id(request)
+        if job_id is not None:
+            await self.engine.store.job_ack(ns, q, [job_id], self.engine.now())
+        return await self.publish(request, ns, q, token)
+
+    async def _insert(self, options: JobOptions, bodies: list[bytes]) -> list[str]:
+        encoded = [_encode_body(body) for body in bodies]
+        texts = [jsonlib.dumps(text, ensure_ascii=False) for text, _ in encoded]
+        encodings = {encoding for _, encoding in encoded}
+        app = self.engine.app
+        if len(encodings) == 1:
+            handles = await app.enqueue_raw(TASK, texts, _with_encoding(options, encodings.pop()))
+        else:  # a bulk of text and binary bodies: one by one, so ids keep the order
+            handles = [
+                (await app.enqueue_raw(TASK, [text], _with_encoding(options, encoding)))[0]
+                for text, (_, encoding) in zip(texts, encoded, strict=True)
+            ]
+        self.engine.notify()
+        return [str(handle.id) for handle in handles]
+
+    # -- consume and ack ---------------------------------------------------------
+
+    async def _consume_route(self, request: Request) -> Response:
+        namespace, queues_raw = request.path_params["ns"], request.path_params["q"]
+        queues = queues_raw.split(",")
+        if len(namespace) > http.MAX_NAME_LENGTH:
+            return error(400, "namespace or queue name too long")
+        if not http.NAME.fullmatch(namespace):
+            return error(400, "namespace name contains forbidden characters")
+        if not all(http.queue_name_ok(q) for q in queues) or len(set(queues)) != len(queues):
+            return error(400, "invalid queue name(s)")
+        found = await self._authorize(request, namespace)
+        if isinstance(found, Response):
+            return found
+        return await self.consume(request, namespace, queues, found)
+
+    async def consume(self, request: Request, ns: str, queues: list[str], token: Token) -> Response:
+        query = request.query_params
+        ttr = parse_uint(query.get("ttr"), DEFAULT_TTR, 32)
+        if ttr is None or ttr == 0:
+            return error(400, "invalid ttr")
+        timeout = parse_uint(query.get("timeout"), 0, 32)
+        if timeout is None:
+            return error(400, "invalid timeout")
+        count = parse_uint(query.get("count"), 1, 32)
+        if count is None or not 1 <= count <= MAX_COUNT:
+            return error(400, "invalid count")
+        if (refused := self._limited(token, "read")) is not None:
+            return refused
+        jobs = await self.engine.take(ns, queues, count, ttr, min(timeout, MAX_BLOCK_SECONDS))
+        if not jobs:
+            self.engine.limiter.refund(token, "read")
+            return error(404, "no job available", key="msg")
+        now = self.engine.now()
+        if count == 1:
+            return http.json(200, job_object(jobs[0], now, new=True))
+        return http.json(200, [job_object(job, now, new=True) for job in jobs])
+
+    async def ack(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        job_id = _job_id(request)
+        if job_id is not None:
+            await self.engine.store.job_ack(ns, q, [job_id], self.engine.now())
+        return NO_CONTENT
+
+    # -- looking at a queue ------------------------------------------------------
+
+    async def peek_queue(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        now = self.engine.now()
+        job = await self.engine.store.queue_peek(ns, q, now)
+        if job is None:
+            return error(404, "the queue is empty")
+        return http.json(200, job_object(job, now))
+
+    async def peek_job(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        job_id = _job_id(request)
+        job = None if job_id is None else await self.engine.store.job_get(job_id)
+        if job is None or job.namespace != ns or job.queue != q or job.state in _GONE:
+            return error(404, "job not found")
+        return http.json(200, job_object(job, self.engine.now()))
+
+    async def size(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        size = await self.engine.store.queue_size(ns, q, State.READY)
+        return http.json(200, {"namespace": ns, "queue": q, "size": size})
+
+    async def destroy(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        await self.engine.store.queue_clear(ns, q, self.engine.now())
+        return NO_CONTENT
+
+    # -- dead letters ------------------------------------------------------------
+
+    async def dead_peek(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        store = self.engine.store
+        size = await store.queue_size(ns, q, State.DEAD)
+        head = await store.dead_oldest(ns, q, 1)
+        return http.json(200, {"namespace": ns, "queue": q, "deadletter_size": size,
+                               "deadletter_head": str(head[0]) if head else ""})  # fmt: skip
+
+    async def dead_respawn(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        limit = _dead_limit(request)
+        if limit is None:
+            return error(400, "invalid limit")
+        ttl = parse_uint(request.query_params.get("ttl"), DEFAULT_TTL, 32)
+        if ttl is None:
+            return error(400, "invalid ttl")
+        store, now = self.engine.store, self.engine.now()
+        ids = await store.dead_oldest(ns, q, limit)
+        moved = await store.job_respawn(ids, now, now + ttl if ttl else None, max_tries=1)
+        if moved:
+            self.engine.notify()
+        return http.json(200, {"msg": "respawned", "count": len(moved)})
+
+    async def dead_delete(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        limit = _dead_limit(request)
+        if limit is None:
+            return error(400, "invalid limit")
+        store, now = self.engine.store, self.engine.now()
+        await store.job_purge(await store.dead_oldest(ns, q, limit), now)
+        return NO_CONTENT
+
+    async def dead_size(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        size = await self.engine.store.queue_size(ns, q, State.DEAD)
+        return http.json(200, {"namespace": ns, "queue": q, "size": size})
+
+
+#: States in which lmstfy would no longer have the job: acked, destroyed or dropped.
+_GONE = frozenset({State.SUCCEEDED, State.CANCELLED, State.EXPIRED})
+_NO_TOKEN = Token("", "", "", "", 0.0)
+
+
+def job_object(job: Job, now: float, *, new: bool = False) -> dict[str, Any]:
+    """A job as lmstfy shows it to consumers (consume, peek)."""
+    http_meta = job.meta.get("http", {}) if isinstance(job.meta, dict) else {}
+    ttl = 0 if job.expires_at is None else max(round(job.expires_at - now), 1)
+    body: dict[str, Any] = {"msg": "new job"} if new else {}
+    body.update(
+        namespace=job.namespace,
+        queue=job.queue,
+        job_id=str(job.id),
+        data=_body_base64(job.args, http_meta.get("encoding")),
+        ttl=ttl,
+        elapsed_ms=max(int((now - job.created_at) * 1000), 0),
+        remain_tries=max(job.max_tries - job.attempts, 0),
+        attributes=http_meta.get("attributes"),
+    )
+    return body
+
+
+def compact_elements(array: bytes) -> list[bytes]:
+    """The elements of a valid JSON array as their own text, without the white space
+    between tokens (as Go's ``json.Compact`` leaves them): numbers, escapes and key
+    order stay exactly as the client wrote them."""
+    elements: list[bytes] = []
+    current = bytearray()
+    depth = 0
+    i = 0
+    while i < len(array):
+        byte = array[i]
+        if byte == 0x22:  # a string, copied whole
+            end = _string_end(array, i)
+            current += array[i:end]
+            i = end
+            continue
+        i += 1
+        if byte in b" \t\r\n":
+            continue
+        if byte in b"[{":
+            depth += 1
+            if depth == 1:  # the array's own bracket
+                continue
+        elif byte in b"]}":
+            depth -= 1
+            if depth == 0:
+                break
+        elif byte == 0x2C and depth == 1:  # a comma between elements
+            elements.append(bytes(current))
+            current = bytearray()
+            continue
+        current.append(byte)
+    if current:
+        elements.append(bytes(current))
+    return elements
+
+
+def _string_end(text: bytes, start: int) -> int:
+    """The index just past the closing quote of the string opening at ``start``."""
+    i = start + 1
+    while True:
+        quote = text.index(b'"', i)
+        backslashes = 0
+        while text[quote - 1 - backslashes] == 0x5C:
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return quote + 1
+        i = quote + 1
+
+
+def _publish_options(request: Request, ns: str, q: str) -> JobOptions | Response:
+    query = request.query_params
+    delay = parse_uint(query.get("delay"), 0, 32)
+    if delay is None:
+        return error(400, "invalid delay")
+    ttl = parse_uint(query.get("ttl"), DEFAULT_TTL, 32)
+    if ttl is None:
+        return error(400, "invalid ttl")
+    tries = parse_uint(query.get("tries"), DEFAULT_TRIES, 16)
+    if tries is None:
+        return error(400, "invalid tries")
+    if 0 < ttl < delay:
+        return error(400, "ttl is shorter than delay")
+    if tries == 0:
+        return error(400, "tries shouldn't be zero")
+    attributes = _attributes(request)
+    if isinstance(attributes, Response):
+        return attributes
+    versioned = request.headers.get("enable-job-version", "").upper() == "YES"
+    meta = {"http": {"attributes": attributes, "versioned": versioned}}
+    return JobOptions(
+        namespace=ns, queue=q, delay=float(delay), ttl=float(ttl) if ttl else None,
+        max_tries=tries, ttr=float(DEFAULT_TTR), retry=backoff.fixed(0), meta=meta,
+    )  # fmt: skip
+
+
+def _attributes(request: Request) -> dict[str, str] | Response | None:
+    found: dict[str, str] = {}
+    for name, value in request.headers.items():
+        if name.startswith("job-attr-") and len(name) > len("job-attr-"):
+            found[name[len("job-attr-") :][:32]] = value[:128]
+    if len(found) > MAX_ATTRIBUTES:
+        return error(400, f"too many attributes, cannot exceed {MAX_ATTRIBUTES}")
+    return found or None
+
+
+def _with_encoding(options: JobOptions, encoding: str) -> JobOptions:
+    meta = {"http": {**options.meta["http"], "encoding": encoding}}
+    return options.merged(meta=meta)
+
+
+def _encode_body(body: bytes) -> tuple[str, str]:
+    """A body as a JSON string: its text when it is UTF-8, else base64."""
+    try:
+        return body.decode(), "text"
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode(), "base64"
+
+
+def _body_base64(args: Any, encoding: str | None) -> str | None:
+    if not isinstance(args, str):  # a job enqueued by other means: its args as JSON
+        return base64.b64encode(jsonlib.dumps(args).encode()).decode()
+    if encoding == "base64":
+        try:
+            base64.b64decode(args, validate=True)
+            return args
+        except binascii.Error:
+            pass
+    return base64.b64encode(args.encode()).decode()
+
+
+def _job_id(request: Request) -> int | None:
+    raw = request.path_params.get("job_id", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 19 else None
+
+
+def _dead_limit(request: Request) -> int | None:
+    raw = request.query_params.get("limit", "1")
+    try:
+        limit = int(raw)
+    except ValueError:
+        return None
+    return min(limit, MAX_DEAD_LIMIT) if limit > 0 else None
