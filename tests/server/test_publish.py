@@ -1,0 +1,320 @@
+"""Publishing over lmstfy's API: single, bulk and republish, with every validation rule.
+
+Each rejected request is also checked to have changed nothing: the queue stays empty.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.server.harness import Lmstfy, MiB, assert_error, assert_no_job, b64
+
+UINT32_OVER = str(1 << 32)
+UINT16_OVER = str(1 << 16)
+
+
+def assert_untouched(lm: Lmstfy, queue: str) -> None:
+    assert lm.size(queue) == 0
+    assert lm.dead_size(queue) == 0
+    assert_no_job(lm.consume(queue))
+
+
+# -- publish ----------------------------------------------------------------------
+
+
+def test_publish_answers_201_with_a_string_job_id(lm: Lmstfy) -> None:
+    published = lm.publish("q", b"hello")
+    assert published.status_code == 201
+    answer = published.json()
+    assert set(answer) == {"msg", "job_id"}
+    assert answer["msg"] == "published"
+    assert isinstance(answer["job_id"], str) and answer["job_id"]
+    assert lm.size("q") == 1
+
+
+def test_job_ids_are_unique(lm: Lmstfy) -> None:
+    ids = [lm.publish_ok("q", b"x") for _ in range(10)]
+    assert len(set(ids)) == 10
+
+
+def test_defaults_are_one_try_and_a_day_to_live(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x")
+    job = lm.consume_ok("q")
+    assert job["job_id"] == job_id
+    assert job["remain_tries"] == 0  # tries=1, and this consume used it
+    assert job["ttl"] == 86400
+
+
+def test_delay_ttl_and_tries_are_taken_from_the_query(lm: Lmstfy) -> None:
+    lm.publish_ok("q", b"x", ttl=10, tries=3)
+    job = lm.consume_ok("q")
+    assert (job["ttl"], job["remain_tries"]) == (10, 2)
+    lm.publish_ok("later", b"x", delay=600)
+    assert lm.size("later") == 0
+    assert_no_job(lm.consume("later"))
+
+
+def test_ttl_zero_means_no_expiry(lm: Lmstfy) -> None:
+    lm.publish_ok("q", b"x", ttl=0, delay=30)
+    lm.publish_ok("q", b"x", ttl=0)
+    assert lm.consume_ok("q")["ttl"] == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "", "abc", "1.5", " 1", "0x10", "\u0661", UINT32_OVER])
+def test_invalid_delay_is_refused(lm: Lmstfy, value: str) -> None:
+    assert_error(lm.publish("q", b"x", delay=value), 400, "invalid delay")
+    assert_untouched(lm, "q")
+
+
+@pytest.mark.parametrize("value", ["-1", "", "abc", "2.5", UINT32_OVER])
+def test_invalid_ttl_is_refused(lm: Lmstfy, value: str) -> None:
+    assert_error(lm.publish("q", b"x", ttl=value), 400, "invalid ttl")
+    assert_untouched(lm, "q")
+
+
+@pytest.mark.parametrize("value", ["-1", "", "abc", "1.0", UINT16_OVER])
+def test_invalid_tries_is_refused(lm: Lmstfy, value: str) -> None:
+    assert_error(lm.publish("q", b"x", tries=value), 400, "invalid tries")
+    assert_untouched(lm, "q")
+
+
+def test_tries_zero_is_refused(lm: Lmstfy) -> None:
+    assert_error(lm.publish("q", b"x", tries=0), 400, "tries shouldn't be zero")
+    assert_untouched(lm, "q")
+
+
+def test_the_largest_tries_fits(lm: Lmstfy) -> None:
+    lm.publish_ok("q", b"x", tries=65535)
+    assert lm.consume_ok("q")["remain_tries"] == 65534
+
+
+def test_ttl_shorter_than_delay_is_refused(lm: Lmstfy) -> None:
+    assert_error(lm.publish("q", b"x", delay=10, ttl=5), 400, "ttl is shorter than delay")
+    assert_untouched(lm, "q")
+
+
+def test_ttl_equal_to_delay_or_zero_with_a_delay_is_accepted(lm: Lmstfy) -> None:
+    lm.publish_ok("q", b"x", delay=10, ttl=10)
+    lm.publish_ok("q", b"x", delay=10, ttl=0)
+
+
+def test_a_body_of_exactly_one_mib_is_accepted(lm: Lmstfy) -> None:
+    body = bytes(range(256)) * (MiB // 256)
+    lm.publish_ok("q", body)
+    assert lm.consume_ok("q")["data"] == b64(body)
+
+
+def test_a_body_over_one_mib_is_413(lm: Lmstfy) -> None:
+    assert_error(lm.publish("q", b"x" * (MiB + 1)), 413, "body too large")
+    assert_untouched(lm, "q")
+
+
+# -- names ------------------------------------------------------------------------
+
+
+def test_names_of_255_characters_are_accepted(lm: Lmstfy) -> None:
+    queue = "q" * 255
+    lm.publish_ok(queue, b"x")
+    assert lm.consume_ok(queue)["queue"] == queue
+
+
+def test_a_queue_name_over_255_characters_is_refused(lm: Lmstfy) -> None:
+    assert_error(lm.publish("q" * 256, b"x"), 400, "namespace or queue name too long")
+
+
+def test_a_namespace_name_over_255_characters_is_refused(lm: Lmstfy) -> None:
+    published = lm.request("PUT", f"/api/{'n' * 256}/q", content=b"x")
+    assert_error(published, 400, "namespace or queue name too long")
+
+
+@pytest.mark.parametrize("queue", ["a.b", "a b", "a$b", "ä", "a+b", "_q", "_"])
+def test_a_queue_name_with_forbidden_characters_is_refused(lm: Lmstfy, queue: str) -> None:
+    assert_error(lm.publish(queue, b"x"), 400, "queue name contains forbidden characters")
+
+
+def test_queue_names_may_hold_dashes_underscores_and_digits(lm: Lmstfy) -> None:
+    for queue in ("A-b_9", "q_", "-q", "0"):
+        lm.publish_ok(queue, b"x")
+        assert lm.size(queue) == 1
+
+
+@pytest.mark.parametrize("namespace", ["a.b", "a b", "a$b", "ä"])
+def test_a_namespace_name_with_forbidden_characters_is_refused(lm: Lmstfy, namespace: str) -> None:
+    # The names are checked before the token: no namespace like this can have one.
+    published = lm.request("PUT", f"/api/{namespace}/q", content=b"x")
+    assert_error(published, 400, "namespace name contains forbidden characters")
+
+
+# -- attributes and versions ------------------------------------------------------
+
+
+def test_job_attr_headers_become_attributes_with_lower_cased_names(lm: Lmstfy) -> None:
+    headers = {"Job-Attr-Color": "Blue", "job-attr-SIZE": "XL", "JOB-ATTR-tenant-id": "t-42"}
+    job_id = lm.publish_ok("q", b"x", headers=headers)
+    expected = {"color": "Blue", "size": "XL", "tenant-id": "t-42"}
+    assert lm.peek_job("q", job_id).json()["attributes"] == expected
+    assert lm.peek("q").json()["attributes"] == expected
+    assert lm.consume_ok("q")["attributes"] == expected
+
+
+def test_a_job_without_attributes_has_null_attributes(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x", headers={"X-Other": "not an attribute"})
+    assert lm.peek_job("q", job_id).json()["attributes"] is None
+    assert lm.consume_ok("q")["attributes"] is None
+
+
+def test_attribute_names_are_cut_to_32_and_values_to_128_characters(lm: Lmstfy) -> None:
+    name = "Abcdefghij" * 4  # 40 characters
+    lm.publish_ok("q", b"x", headers={f"Job-Attr-{name}": "v" * 200})
+    assert lm.consume_ok("q")["attributes"] == {name.lower()[:32]: "v" * 128}
+
+
+def test_sixteen_attributes_are_accepted(lm: Lmstfy) -> None:
+    headers = {f"Job-Attr-K{n}": str(n) for n in range(16)}
+    lm.publish_ok("q", b"x", headers=headers)
+    assert lm.consume_ok("q")["attributes"] == {f"k{n}": str(n) for n in range(16)}
+
+
+def test_more_than_sixteen_attributes_are_refused(lm: Lmstfy) -> None:
+    headers = {f"Job-Attr-K{n}": str(n) for n in range(17)}
+    published = lm.publish("q", b"x", headers=headers)
+    assert_error(published, 400, "too many attributes, cannot exceed 16")
+    assert_untouched(lm, "q")
+
+
+@pytest.mark.parametrize("value", ["YES", "yes", "Yes"])
+def test_enable_job_version_is_accepted_in_any_case(lm: Lmstfy, value: str) -> None:
+    job_id = lm.publish_ok("q", b"versioned", headers={"Enable-Job-Version": value})
+    job = lm.consume_ok("q")
+    assert (job["job_id"], job["data"]) == (job_id, b64(b"versioned"))
+    assert lm.ack("q", job_id).status_code == 204
+    assert_no_job(lm.consume("q"))
+
+
+# -- bulk -------------------------------------------------------------------------
+
+
+def test_bulk_publishes_each_element_as_its_compact_json_text(lm: Lmstfy) -> None:
+    body = b'[ {"a": 1, "b": [1, 2]},\n  {"c": "x"} ]'
+    published = lm.bulk("q", body)
+    assert published.status_code == 201, published.text
+    answer = published.json()
+    assert set(answer) == {"msg", "job_ids"} and answer["msg"] == "published"
+    ids = answer["job_ids"]
+    assert len(ids) == 2 and len(set(ids)) == 2 and all(isinstance(i, str) for i in ids)
+    jobs = lm.consume("q", count=2).json()
+    assert [job["job_id"] for job in jobs] == ids
+    assert [job["data"] for job in jobs] == [b64(b'{"a":1,"b":[1,2]}'), b64(b'{"c":"x"}')]
+
+
+def test_bulk_takes_delay_ttl_and_tries_from_the_query(lm: Lmstfy) -> None:
+    assert lm.bulk("q", b'[{"n":1}]', ttl=10, tries=3).status_code == 201
+    job = lm.consume_ok("q")
+    assert (job["ttl"], job["remain_tries"]) == (10, 2)
+    assert lm.bulk("later", b'[{"n":1},{"n":2}]', delay=600).status_code == 201
+    assert lm.size("later") == 0
+
+
+def test_bulk_of_64_is_accepted(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(64)]).encode()
+    published = lm.bulk("q", body)
+    assert published.status_code == 201, published.text
+    assert len(set(published.json()["job_ids"])) == 64
+    assert lm.size("q") == 64
+
+
+def test_bulk_over_64_is_refused(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(65)]).encode()
+    assert_error(lm.bulk("q", body), 400, "too many jobs")
+    assert_untouched(lm, "q")
+
+
+def test_an_empty_bulk_is_refused(lm: Lmstfy) -> None:
+    assert_error(lm.bulk("q", b"[]"), 400, "no jobs")
+    assert_untouched(lm, "q")
+
+
+@pytest.mark.parametrize("body", [b'{"a":1}', b'"text"', b"12", b"[1,", b"", b"not json", b"\xff"])
+def test_bulk_that_is_not_an_array_is_refused(lm: Lmstfy, body: bytes) -> None:
+    assert_error(lm.bulk("q", body), 400, "request body should be an array of objects")
+    assert_untouched(lm, "q")
+
+
+def test_bulk_with_an_element_over_one_mib_is_413_and_publishes_none(lm: Lmstfy) -> None:
+    big = json.dumps({"a": "x" * MiB})
+    body = f'[{{"small":1}},{big}]'.encode()
+    assert_error(lm.bulk("q", body), 413, "job too large")
+    assert_untouched(lm, "q")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"delay": "-1"}, "invalid delay"),
+        ({"ttl": "x"}, "invalid ttl"),
+        ({"tries": UINT16_OVER}, "invalid tries"),
+        ({"tries": "0"}, "tries shouldn't be zero"),
+        ({"delay": "10", "ttl": "5"}, "ttl is shorter than delay"),
+    ],
+)
+def test_bulk_validates_the_query_like_publish(
+    lm: Lmstfy, params: dict[str, str], message: str
+) -> None:
+    assert_error(lm.bulk("q", b'[{"n":1}]', **params), 400, message)
+    assert_untouched(lm, "q")
+
+
+# -- republish --------------------------------------------------------------------
+
+
+def test_republish_drops_the_old_job_and_publishes_a_new_one(lm: Lmstfy) -> None:
+    old = lm.publish_ok("q", b"old")
+    republished = lm.republish("q", old, b"new", tries=2)
+    assert republished.status_code == 201, republished.text
+    answer = republished.json()
+    assert answer["msg"] == "published"
+    new = answer["job_id"]
+    assert isinstance(new, str) and new != old
+    assert_error(lm.peek_job("q", old), 404, "job not found")
+    assert lm.size("q") == 1
+    job = lm.consume_ok("q")
+    assert (job["job_id"], job["data"], job["remain_tries"]) == (new, b64(b"new"), 1)
+
+
+def test_republish_of_a_consumed_job_with_a_delay(lm: Lmstfy) -> None:
+    # The way clients retry later: consume, then publish the job again with a delay.
+    old = lm.publish_ok("q", b"work")
+    assert lm.consume_ok("q")["job_id"] == old
+    new = lm.republish("q", old, b"work", delay=600).json()["job_id"]
+    assert new != old
+    assert_error(lm.peek_job("q", old), 404, "job not found")
+    assert lm.peek_job("q", new).status_code == 200
+    assert lm.size("q") == 0
+    assert_no_job(lm.consume("q"))
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"delay": "abc"}, "invalid delay"),
+        ({"ttl": "-1"}, "invalid ttl"),
+        ({"tries": "0"}, "tries shouldn't be zero"),
+        ({"delay": "10", "ttl": "5"}, "ttl is shorter than delay"),
+    ],
+)
+def test_a_refused_republish_keeps_the_old_job(
+    lm: Lmstfy, params: dict[str, str], message: str
+) -> None:
+    old = lm.publish_ok("q", b"old")
+    assert_error(lm.republish("q", old, b"new", **params), 400, message)
+    assert lm.peek_job("q", old).status_code == 200
+    assert lm.size("q") == 1
+    assert lm.consume_ok("q")["data"] == b64(b"old")
+
+
+def test_a_republish_over_one_mib_is_413_and_keeps_the_old_job(lm: Lmstfy) -> None:
+    old = lm.publish_ok("q", b"old")
+    assert_error(lm.republish("q", old, b"x" * (MiB + 1)), 413, "body too large")
+    assert lm.peek_job("q", old).json()["data"] == b64(b"old")
