@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
-from ferryq import _json, insights, lanes, policy
+from ferryq import _json, insights, lanes, metrics, policy
 from ferryq._portal import Portal
 from ferryq.backoff import Backoff
 from ferryq.context import Context
@@ -214,6 +214,8 @@ class App:
             inserted = await insert_on_connection_async(connection, job, encoded_args)
         else:
             inserted = await (await self.store()).job_insert_many(job, encoded_args)
+        created = sum(row.created for row in inserted)
+        metrics.ENQUEUED.inc(created, job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def enqueue_raw_on(

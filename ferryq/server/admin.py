@@ -12,7 +12,7 @@ from typing import Any, TypeGuard
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -185,7 +185,3 @@ def _limit_fields(body: Any) -> tuple[int, int, float] | None:
 
 def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
-
-
-def metrics_text(body: str) -> Response:
-    return PlainTextResponse(body, media_type="text/plain; version=0.0.4")

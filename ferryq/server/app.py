@@ -24,10 +24,11 @@ from starlette.types import ASGIApp
 import ferryq
 from ferryq.app import App
 from ferryq.errors import ConfigurationError
-from ferryq.server.admin import AdminApi, BasicAuth, metrics_text
+from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
 from ferryq.server.http import RequestIds, api_not_found
 from ferryq.server.lmstfy import LmstfyApi
+from ferryq.server.monitoring import RequestMetrics, metrics_endpoint
 from ferryq.server.native import native_router
 
 log = logging.getLogger("ferryq.server")
@@ -66,29 +67,22 @@ def build_api(engine: Engine) -> ASGIApp:
     api.router.routes.extend(LmstfyApi(engine).routes())
     api.include_router(native_router(engine))
     api.router.routes.append(Route("/healthz", _healthz, methods=["GET"]))
-    api.router.routes.append(Route("/metrics", _metrics(engine), methods=["GET"]))
-    return RequestIds(api)
+    api.router.routes.append(Route("/metrics", metrics_endpoint(engine), methods=["GET"]))
+    return RequestIds(RequestMetrics(api, "api"))
 
 
 def build_admin(engine: Engine, credential: str | None) -> ASGIApp:
     admin: ASGIApp = Starlette(
-        routes=AdminApi(engine, _metrics(engine)).routes(),
+        routes=AdminApi(engine, metrics_endpoint(engine)).routes(),
         exception_handlers={HTTPException: api_not_found},
     )
     if credential is not None:
         admin = BasicAuth(admin, credential)
-    return RequestIds(admin)
+    return RequestIds(RequestMetrics(admin, "admin"))
 
 
 async def _healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
-
-
-def _metrics(engine: Engine):  # type: ignore[no-untyped-def]
-    async def metrics(request: Request) -> Response:
-        return metrics_text("")
-
-    return metrics
 
 
 class _Server(uvicorn.Server):

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ferryq import backoff
+from ferryq import backoff, metrics
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
 from ferryq.server import http
@@ -54,7 +54,7 @@ class LmstfyApi:
             route("", "PUT", self.publish),
             route("/bulk", "PUT", self.publish_bulk),
             route("/job/{job_id}", "PUT", self.republish),
-            Route("/api/{ns}/{q}", self._consume_route, methods=["GET"]),
+            Route("/api/{ns}/{q}", self.lmstfy_consume, methods=["GET"]),
             route("/job/{job_id}", "DELETE", self.ack),
             route("/peek", "GET", self.peek_queue),
             route("/job/{job_id}", "GET", self.peek_job),
@@ -83,6 +83,7 @@ class LmstfyApi:
                 token = found
             return await handler(request, namespace, queue, token)
 
+        endpoint.__name__ = f"lmstfy_{handler.__name__}"
         return endpoint
 
     async def _authorize(self, request: Request, namespace: str) -> Token | Response:
@@ -175,7 +176,7 @@ class LmstfyApi:
 
     # -- consume and ack ---------------------------------------------------------
 
-    async def _consume_route(self, request: Request) -> Response:
+    async def lmstfy_consume(self, request: Request) -> Response:
         namespace, queues_raw = request.path_params["ns"], request.path_params["q"]
         queues = queues_raw.split(",")
         if len(namespace) > http.MAX_NAME_LENGTH:
@@ -207,14 +208,19 @@ class LmstfyApi:
             self.engine.limiter.refund(token, "read")
             return error(404, "no job available", key="msg")
         now = self.engine.now()
+        for job in jobs:
+            metrics.CLAIMED.inc(1, ns, job.queue)
+            metrics.LAG_SECONDS.observe(max(now - job.run_at, 0.0), ns, job.queue)
         if count == 1:
             return http.json(200, job_object(jobs[0], now, new=True))
         return http.json(200, [job_object(job, now, new=True) for job in jobs])
 
     async def ack(self, request: Request, ns: str, q: str, token: Token) -> Response:
         job_id = _job_id(request)
-        if job_id is not None:
-            await self.engine.store.job_ack(ns, q, [job_id], self.engine.now())
+        if job_id is None:
+            return NO_CONTENT
+        if await self.engine.store.job_ack(ns, q, [job_id], self.engine.now()):
+            metrics.FINISHED.inc(1, ns, q, "succeeded")
         return NO_CONTENT
 
     # -- looking at a queue ------------------------------------------------------

@@ -148,6 +148,7 @@ class WorkerInfo:
     started_at: float
     heartbeat_at: float
     running: list[int] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)  # ferryq.metrics snapshot
 
 
 @dataclass(slots=True)

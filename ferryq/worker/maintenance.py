@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ferryq import metrics
 from ferryq.store.base import Store
 from ferryq.worker.executor import LeaseExpired, failure
 
@@ -77,6 +78,7 @@ class Maintenance:
         for job, finish in zip(expired, finishes, strict=True):
             finish.lane = job.lane
         report = await self.store.job_finish_many(finishes)
+        metrics.LEASE_RECOVERIES.inc(len(report.accepted))
         if report.accepted:
             log.warning("recovered %d job(s) whose lease expired: %s",
                         len(report.accepted), report.accepted[:20])  # fmt: skip

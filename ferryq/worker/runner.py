@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from ferryq import metrics
 from ferryq.policy import JobOptions
 from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import executor
@@ -168,6 +169,10 @@ class Worker:
     def _start(self, attempt: Attempt) -> None:
         """A claimed job: run it now if a slot is free, else queue it (prefetch)."""
         self.active[attempt.job.id] = attempt
+        job = attempt.job
+        metrics.CLAIMED.inc(1, job.namespace, job.queue)
+        metrics.LAG_SECONDS.observe(max(attempt.lease_until - job.ttr - job.run_at, 0.0),
+                                    job.namespace, job.queue)  # fmt: skip
         if self._running < self.concurrency:
             self._launch(attempt)
         else:
@@ -187,6 +192,9 @@ class Worker:
             # lands after it returned must not lose the job.
             finish = Finish("returned", attempt.job.id, attempt.job.fence, clock())
         finish.finished_at = clock()
+        if attempt.started_at is not None:
+            metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
+                                        attempt.job.namespace, attempt.job.queue)  # fmt: skip
         self._running -= 1
         if self._queued:
             self._launch(self._queued.popleft())
@@ -201,11 +209,14 @@ class Worker:
         assert self._producer is not None and self._completer is not None
         self._producer.slot_freed.set()
         finish.lane = attempt.job.lane
+        metrics.FINISHED.inc(1, attempt.job.namespace, attempt.job.queue, finish.kind)
         self._completer.add(finish)
 
     def _on_written(self, batch: list[Finish], report: FinishReport) -> None:
         self.finished += len(report.accepted)
         self.stale_completions += len(report.stale)
+        if report.stale:
+            metrics.STALE_REJECTIONS.inc(len(report.stale))
         if self._producer is not None:  # a burst may be waiting for the last write
             self._producer.slot_freed.set()
 
@@ -235,6 +246,7 @@ class Worker:
         info = WorkerInfo(
             self.id, self.app.namespace, self.queues, socket.gethostname(), os.getpid(),
             self.concurrency, self._started_at, now, running=sorted(self.active),
+            stats=metrics.METRICS.snapshot(),
         )  # fmt: skip
         await self._store.worker_beat(info)
         # Renew every lease past a third of its ttr, and at once on ctx.heartbeat().

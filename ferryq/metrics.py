@@ -1,0 +1,160 @@
+"""Counters and histograms of one process, and their Prometheus text form.
+
+Every process (worker or server) counts into the module's ``METRICS``. Workers
+publish a snapshot with each heartbeat; the server's ``/metrics`` renders its own
+snapshot and every live worker's, each labelled with the process it came from, next
+to the job counts read from the database. Counting is a dict update: cheap enough
+for the hot path.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Seconds: from a millisecond pickup to a five-minute job.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+           30.0, 60.0, 300.0)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Family:
+    name: str
+    kind: str  # "counter" or "histogram"
+    help: str
+    labels: tuple[str, ...]
+    # counter: labels -> value; histogram: labels -> [bucket counts..., sum, count]
+    values: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._families: dict[str, Family] = {}
+        self._lock = threading.Lock()  # sync handlers count from their threads
+
+    def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(self, self._family(name, "counter", help, labels))
+
+    def histogram(self, name: str, help: str, labels: Sequence[str] = ()) -> Histogram:
+        return Histogram(self, self._family(name, "histogram", help, labels))
+
+    def _family(self, name: str, kind: str, help: str, labels: Sequence[str]) -> Family:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = Family(name, kind, help, tuple(labels))
+        return family
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every value, JSON-ready: ``{name: [[labels, values], ...]}``."""
+        with self._lock:
+            return {
+                f.name: [[list(k), list(v)] for k, v in f.values.items()]
+                for f in self._families.values()
+                if f.values
+            }
+
+    def render(self, sources: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
+        """Prometheus text of snapshots from several processes, ``(process, snapshot)``."""
+        lines: list[str] = []
+        snapshots = list(sources)
+        for family in self._families.values():
+            lines.append(f"# HELP {family.name} {family.help}")
+            lines.append(f"# TYPE {family.name} {family.kind}")
+            names = ("process", *family.labels)
+            for process, snapshot in snapshots:
+                for labels, values in snapshot.get(family.name, []):
+                    named = dict(zip(names, (process, *labels), strict=False))
+                    lines.extend(_samples(family, named, values))
+        return "\n".join(lines) + "\n"
+
+
+class Counter:
+    __slots__ = ("family", "registry")
+
+    def __init__(self, registry: Registry, family: Family) -> None:
+        self.registry = registry
+        self.family = family
+
+    def inc(self, amount: float = 1.0, *labels: str) -> None:
+        with self.registry._lock:
+            slot = self.family.values.setdefault(labels, [0.0])
+            slot[0] += amount
+
+
+class Histogram:
+    __slots__ = ("family", "registry")
+
+    def __init__(self, registry: Registry, family: Family) -> None:
+        self.registry = registry
+        self.family = family
+
+    def observe(self, value: float, *labels: str) -> None:
+        with self.registry._lock:
+            slot = self.family.values.get(labels)
+            if slot is None:
+                slot = self.family.values[labels] = [0.0] * (len(BUCKETS) + 3)
+            slot[bisect.bisect_left(BUCKETS, value)] += 1  # the last bucket is +Inf
+            slot[-2] += value
+            slot[-1] += 1
+
+
+def gauge_text(name: str, help: str, samples: Iterable[tuple[Mapping[str, str], float]]) -> str:
+    lines = [f"# HELP {name} {help}", f"# TYPE {name} gauge"]
+    lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
+def _samples(family: Family, labels: dict[str, str], values: list[float]) -> list[str]:
+    if family.kind == "counter":
+        return [f"{family.name}_total{_labels(labels)} {_number(values[0])}"]
+    out = []
+    cumulative = 0.0
+    for bound, count in zip((*BUCKETS, math.inf), values, strict=False):
+        cumulative += count
+        le = "+Inf" if bound == math.inf else repr(bound)
+        out.append(f"{family.name}_bucket{_labels({**labels, 'le': le})} {_number(cumulative)}")
+    out.append(f"{family.name}_sum{_labels(labels)} {_number(values[-2])}")
+    out.append(f"{family.name}_count{_labels(labels)} {_number(values[-1])}")
+    return out
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+    return "{" + inner + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+METRICS = Registry()
+ENQUEUED = METRICS.counter("ferryq_jobs_enqueued", "Jobs enqueued.", ("namespace", "queue"))
+CLAIMED = METRICS.counter("ferryq_jobs_claimed", "Attempts started (jobs claimed).",
+                          ("namespace", "queue"))  # fmt: skip
+FINISHED = METRICS.counter("ferryq_attempts_finished", "Attempts ended, by outcome.",
+                           ("namespace", "queue", "outcome"))  # fmt: skip
+RUN_SECONDS = METRICS.histogram("ferryq_job_run_seconds", "Run time of attempts.",
+                                ("namespace", "queue"))  # fmt: skip
+LAG_SECONDS = METRICS.histogram("ferryq_job_lag_seconds",
+                                "Queue lag: claimed_at - due time, per claimed job.",
+                                ("namespace", "queue"))  # fmt: skip
+LEASE_RECOVERIES = METRICS.counter(
+    "ferryq_lease_recoveries", "Attempts whose lease ran out, recovered by the leader."
+)
+STALE_REJECTIONS = METRICS.counter(
+    "ferryq_stale_token_rejections", "Finishing writes rejected for a stale fencing token."
+)
+HTTP_REQUESTS = METRICS.counter("ferryq_http_requests", "HTTP requests served.",
+                                ("listener", "route", "method", "status"))  # fmt: skip
+HTTP_SECONDS = METRICS.histogram("ferryq_http_request_seconds", "HTTP request durations.",
+                                 ("listener", "route"))  # fmt: skip
