@@ -26,7 +26,7 @@ from ferryq.app import App
 from ferryq.errors import ConfigurationError
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
-from ferryq.server.http import RequestIds, api_not_found
+from ferryq.server.http import RequestIds, api_not_found, internal_error
 from ferryq.server.lmstfy import LmstfyApi
 from ferryq.server.monitoring import RequestMetrics, metrics_endpoint
 from ferryq.server.native import native_router
@@ -62,7 +62,7 @@ def build_api(engine: Engine) -> ASGIApp:
     api = FastAPI(
         title="ferryq", version=ferryq.__version__, docs_url=None, redoc_url=None,
         openapi_url="/openapi.json",
-        exception_handlers={HTTPException: api_not_found},
+        exception_handlers={HTTPException: api_not_found, Exception: internal_error},
     )  # fmt: skip
     api.router.routes.extend(LmstfyApi(engine).routes())
     api.include_router(native_router(engine))
@@ -74,7 +74,7 @@ def build_api(engine: Engine) -> ASGIApp:
 def build_admin(engine: Engine, credential: str | None) -> ASGIApp:
     admin: ASGIApp = Starlette(
         routes=AdminApi(engine, metrics_endpoint(engine)).routes(),
-        exception_handlers={HTTPException: api_not_found},
+        exception_handlers={HTTPException: api_not_found, Exception: internal_error},
     )
     if credential is not None:
         admin = BasicAuth(admin, credential)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 from typing import Any
@@ -11,6 +12,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ferryq.errors import StoreError
+
+log = logging.getLogger("ferryq.server")
 
 #: Every request body is read into memory up to this size, and refused past it.
 MAX_BODY_BYTES = 1 << 20
@@ -64,6 +69,15 @@ async def api_not_found(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
         return error(exc.status_code, str(exc.detail))
     return error(404, "api not found")
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """A failure of ours: logged with its traceback, answered without one."""
+    if isinstance(exc, StoreError):
+        log.error("%s %s: the database failed: %s", request.method, request.url.path, exc)
+        return error(503, "the database is not available, try again later")
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error(500, "internal error")
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
