@@ -38,6 +38,7 @@ from ferryq.store.base import (
     WorkerInfo,
 )
 from ferryq.store.sql import (
+    TOKEN_COLUMNS,
     held_leases,
     job_from_row,
     list_query,
@@ -316,6 +317,44 @@ class SQLiteStore(base.Store):
             return totals
 
         return await self._call(self._read, counts)
+
+    # -- tokens ------------------------------------------------------------------
+
+    async def token_create(self, token: base.Token) -> bool:
+        params = {column: getattr(token, column) for column in TOKEN_COLUMNS}
+        return await self._writes_a_row("token_create", params)
+
+    async def token_get(self, digest: str) -> base.Token | None:
+        def get(conn: sqlite3.Connection) -> base.Token | None:
+            row = conn.execute(Q["token_get"], {"digest": digest}).fetchone()
+            return None if row is None else base.Token(*row)
+
+        return await self._call(self._read, get)
+
+    async def token_list(self, namespace: str | None) -> list[base.Token]:
+        name = "token_list_all" if namespace is None else "token_list"
+
+        def listing(conn: sqlite3.Connection) -> list[base.Token]:
+            return [base.Token(*row) for row in conn.execute(Q[name], {"namespace": namespace})]
+
+        return await self._call(self._read, listing)
+
+    async def token_delete(self, namespace: str, digest: str) -> bool:
+        params = {"namespace": namespace, "digest": digest}
+        return await self._writes_a_row("token_delete", params)
+
+    async def token_limit_set(
+        self, digest: str, read: int | None, write: int | None, interval: float | None
+    ) -> bool:
+        params = {"digest": digest, "limit_read": read, "limit_write": write,
+                  "limit_interval": interval}  # fmt: skip
+        return await self._writes_a_row("token_limit_set", params)
+
+    async def _writes_a_row(self, statement: str, params: dict[str, Any]) -> bool:
+        """Run a write that returns a row when it changed something."""
+        return await self._call(
+            self._write, lambda conn: bool(conn.execute(Q[statement], params).fetchall())
+        )
 
     # -- lanes -------------------------------------------------------------------
 
