@@ -42,6 +42,7 @@ from ferryq.store.sql import (
     list_query,
     requeue_statement,
     split_script,
+    worker_from_row,
 )
 
 log = logging.getLogger("ferryq.store.postgres")
@@ -600,6 +601,7 @@ class PostgresStore(base.Store):
             queues=json.dumps(worker.queues), host=worker.host, pid=worker.pid,
             concurrency=worker.concurrency, started_at=worker.started_at,
             heartbeat_at=worker.heartbeat_at, running=json.dumps(worker.running),
+            stats=json.dumps(worker.stats),
         )  # fmt: skip
 
     async def worker_remove(self, worker_id: str) -> None:
@@ -607,12 +609,7 @@ class PostgresStore(base.Store):
 
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
         rows = await self._fetch("worker_list", since=alive_since or 0.0)
-        return [
-            WorkerInfo(
-                r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], running=json.loads(r[8])
-            )
-            for r in rows
-        ]
+        return [worker_from_row(r) for r in rows]
 
     async def worker_prune(self, dead_before: float) -> int:
         status = await self._execute("worker_prune", before=dead_before)

@@ -181,17 +181,17 @@ DELETE FROM ferryq_leaders WHERE name = :name AND holder = :holder;
 
 -- name: worker_beat
 INSERT INTO ferryq_workers (id, namespace, queues, host, pid, concurrency, started_at,
-    heartbeat_at, running)
+    heartbeat_at, running, stats)
 VALUES (:id, :namespace, :queues, :host, :pid, :concurrency, :started_at, :heartbeat_at,
-    :running)
+    :running, :stats)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    running = excluded.running;
+    running = excluded.running, stats = excluded.stats;
 
 -- name: worker_remove
 DELETE FROM ferryq_workers WHERE id = :id;
 
 -- name: worker_list
-SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running
+SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running, stats
 FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune

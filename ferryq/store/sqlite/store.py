@@ -44,6 +44,7 @@ from ferryq.store.sql import (
     list_query,
     requeue_statement,
     split_script,
+    worker_from_row,
 )
 from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
@@ -524,7 +525,7 @@ class SQLiteStore(base.Store):
             "id": worker.id, "namespace": worker.namespace, "queues": json.dumps(worker.queues),
             "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "started_at": worker.started_at, "heartbeat_at": worker.heartbeat_at,
-            "running": json.dumps(worker.running),
+            "running": json.dumps(worker.running), "stats": json.dumps(worker.stats),
         }  # fmt: skip
         await self._call(self._write, lambda conn: conn.execute(Q["worker_beat"], params))
 
@@ -536,12 +537,7 @@ class SQLiteStore(base.Store):
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
         def workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
             rows = conn.execute(Q["worker_list"], {"since": alive_since or 0.0})
-            return [
-                WorkerInfo(
-                    r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], json.loads(r[8])
-                )
-                for r in rows
-            ]
+            return [worker_from_row(r) for r in rows]
 
         return await self._call(self._read, workers)
 
