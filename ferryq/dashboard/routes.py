@@ -332,11 +332,13 @@ class Dashboard:
     async def login_form(self, request: Request) -> Response:
         return self._login_page(request, None, 200)
 
-    def _login_page(self, request: Request, error: str | None, status: int) -> Response:
+    def _login_page(
+        self, request: Request, error: str | None, status: int, after: str | None = None
+    ) -> Response:
         csrf = new_csrf()
         response = self.render(request, None, "login.html", status, title="Sign in", active="",
                                csrf=csrf, error=error, admin=self.sessions.admin_enabled,
-                               next=_next(request.query_params.get("next"), self.base),
+                               next=_next(after or request.query_params.get("next"), self.base),
                                notice=None)  # fmt: skip
         self._cookie(request, response, LOGIN_COOKIE, csrf, 3600)
         return response
@@ -350,11 +352,12 @@ class Dashboard:
             return self.render_error(request, 400, str(exc))
         expected = request.cookies.get(LOGIN_COOKIE)
         if expected is None or not csrf_ok(expected, form.get("csrf") or None):
-            return self._login_page(request, "The sign-in form expired; try again.", 403)
+            message = "The sign-in form expired; try again."
+            return self._login_page(request, message, 403, form.get("next"))
         viewer = await self._sign_in(form)
         if viewer is None:
             await asyncio.sleep(FAILED_LOGIN_PAUSE)  # slows guessing down
-            return self._login_page(request, "Wrong credential or token.", 401)
+            return self._login_page(request, "Wrong credential or token.", 401, form.get("next"))
         response = RedirectResponse(_next(form.get("next"), self.base), 303)
         self._cookie(request, response, COOKIE, self.sessions.sign(viewer), SESSION_SECONDS)
         response.delete_cookie(LOGIN_COOKIE, path=self.base)
