@@ -226,6 +226,10 @@ class App:
         inserted = insert_on_connection(connection, job, encoded_args) if encoded_args else []
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
+    def check_enqueue(self, task: str, encoded_args: Sequence[str], options: JobOptions) -> None:
+        """Raise what ``enqueue_raw`` would raise for these jobs, writing nothing."""
+        self._new_job(task, encoded_args, options)
+
     def _new_job(self, task: str, encoded_args: Sequence[str], options: JobOptions) -> NewJob:
         now = self.clock()
         due = policy.due_time(now, options)

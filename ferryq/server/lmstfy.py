@@ -157,23 +157,22 @@ class LmstfyApi:
     async def republish(self, request: Request, ns: str, q: str, token: Token) -> Response:
         job_id = _job_id(request)
         if job_id is not None:
-            await self.engine.store.job_ack(ns, q, [job_id], self.engine.now())
+            await self.engine.ack(ns, q, job_id)
         return await self.publish(request, ns, q, token)
 
     async def _insert(self, options: JobOptions, bodies: list[bytes]) -> list[str]:
         encoded = [_encode_body(body) for body in bodies]
         texts = [jsonlib.dumps(text, ensure_ascii=False) for text, _ in encoded]
         encodings = {encoding for _, encoding in encoded}
-        app = self.engine.app
+        enqueue = self.engine.enqueue
         if len(encodings) == 1:
-            handles = await app.enqueue_raw(TASK, texts, _with_encoding(options, encodings.pop()))
+            ids = await enqueue(TASK, texts, _with_encoding(options, encodings.pop()))
         else:  # a bulk of text and binary bodies: one by one, so ids keep the order
-            handles = [
-                (await app.enqueue_raw(TASK, [text], _with_encoding(options, encoding)))[0]
+            ids = [
+                (await enqueue(TASK, [text], _with_encoding(options, encoding)))[0]
                 for text, (_, encoding) in zip(texts, encoded, strict=True)
             ]
-        self.engine.notify()
-        return [str(handle.id) for handle in handles]
+        return [str(job_id) for job_id in ids]
 
     # -- consume and ack ---------------------------------------------------------
 
@@ -220,7 +219,7 @@ class LmstfyApi:
         job_id = _job_id(request)
         if job_id is None:
             return NO_CONTENT
-        if await self.engine.store.job_ack(ns, q, [job_id], self.engine.now()):
+        if await self.engine.ack(ns, q, job_id):
             metrics.FINISHED.inc(1, ns, q, "succeeded")
         return NO_CONTENT
 
