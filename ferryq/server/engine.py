@@ -30,6 +30,8 @@ log = logging.getLogger("ferryq.server")
 #: How long a waiting consumer goes without looking again, at most: a delayed job that
 #: came due, or a change no notification announced, is seen within this.
 RECHECK_SECONDS = 0.25
+#: Wake-ups of waiting consumers by other processes' writes are at least this far apart.
+WAKE_SPACING = 0.005
 
 
 class Engine:
@@ -175,8 +177,13 @@ class Engine:
         """While consumers wait, wake them when another process may have written."""
         while self._waiting:
             try:
-                if await self.store.wait_for_change(RECHECK_SECONDS):
-                    self.notify()
+                changed = await self.store.wait_for_change(RECHECK_SECONDS)
             except Exception:
                 log.exception("watching for new jobs failed")
                 await asyncio.sleep(RECHECK_SECONDS)
+                continue
+            if changed:
+                self.notify()
+                # A store reports the change again, without waiting, until the next take
+                # has looked: let the consumers just woken take first.
+                await asyncio.sleep(WAKE_SPACING)
