@@ -9,7 +9,6 @@ fetches it every few seconds and swaps it in.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from ferryq.dashboard.auth import (
     csrf_ok,
     new_csrf,
 )
+from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import TERMINAL_STATES, Job, State
@@ -46,7 +46,6 @@ PAGE_SIZE = 50
 MAX_IDS = 500  # jobs one action may name
 MAX_FORM_BYTES = 64 * 1024
 MAX_TEXT = 200
-OVERVIEW_CACHE_SECONDS = 2.0
 FAILED_LOGIN_PAUSE = 0.5
 FRAGMENT_HEADER = "x-ferryq-fragment"
 NAV = (("overview", "Overview", "/"), ("jobs", "Jobs", "/jobs"), ("dead", "Dead letters", "/dead"),
@@ -93,8 +92,8 @@ class Dashboard:
         self.env.globals.update(when=insights.when, ago=views.ago, pretty=views.pretty,
                                 brief=views.brief, seconds=views.seconds, base=base,
                                 states=views.STATES, nav=NAV)  # fmt: skip
-        self._overviews: dict[str | None, tuple[float, views.Overview]] = {}
-        self._overview_lock = asyncio.Lock()
+        self.overviews = Overviews(engine.app.url, engine.now)
+        self._failures = asyncio.Lock()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -171,24 +170,11 @@ class Dashboard:
 
     async def overview(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer)
-        data = await self._overview(namespace)
+        data = await self.overviews.get(namespace)
         return self.render(request, viewer, "overview.html", title="Overview", active="overview",
                            fragment="fragments/overview.html", o=data, ns=namespace or "",
                            throughput=charts.throughput(data.activity),
                            lag=charts.lag(data.activity))  # fmt: skip
-
-    async def _overview(self, namespace: str | None) -> views.Overview:
-        # Counting a long history is the costliest read here: one count serves every
-        # open tab for a couple of seconds.
-        async with self._overview_lock:
-            cached = self._overviews.get(namespace)
-            if cached is not None and time.monotonic() - cached[0] < OVERVIEW_CACHE_SECONDS:
-                return cached[1]
-            data = await views.overview(self.engine.store, namespace, self.engine.now())
-            if len(self._overviews) > 100:
-                self._overviews.clear()
-            self._overviews[namespace] = (time.monotonic(), data)
-            return data
 
     async def jobs(self, request: Request, viewer: Viewer) -> Response:
         query = request.query_params
@@ -356,7 +342,10 @@ class Dashboard:
             return self._login_page(request, message, 403, form.get("next"))
         viewer = await self._sign_in(form)
         if viewer is None:
-            await asyncio.sleep(FAILED_LOGIN_PAUSE)  # slows guessing down
+            # Failures wait their turn, one pause each: guessing goes at two tries a
+            # second at most, however many are sent at once.
+            async with self._failures:
+                await asyncio.sleep(FAILED_LOGIN_PAUSE)
             return self._login_page(request, "Wrong credential or token.", 401, form.get("next"))
         response = RedirectResponse(_next(form.get("next"), self.base), 303)
         self._cookie(request, response, COOKIE, self.sessions.sign(viewer), SESSION_SECONDS)

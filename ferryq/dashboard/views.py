@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferryq import insights
-from ferryq.job import TERMINAL_STATES, Job, State
+from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import JobFilter, LaneInfo, Store, WorkerInfo
 
@@ -101,6 +101,7 @@ class Overview:
     recent_dead: list[Job]
     halted: list[LaneInfo]
     workers: list[WorkerInfo]
+    at: float  # when it was computed
 
 
 def count_rows(counts: dict[tuple[str, str, str], int]) -> tuple[list[QueueRow], dict[str, int]]:
@@ -125,7 +126,7 @@ async def overview(store: Store, namespace: str | None, now: float) -> Overview:
     ]  # fmt: skip
     return Overview(
         rows, totals, await activity(store, namespace, now), dead, halted,
-        await live_workers(store, namespace, now),
+        await live_workers(store, namespace, now), now,
     )  # fmt: skip
 
 
@@ -294,7 +295,3 @@ async def lanes_page(store: Store, namespace: str, limit: int = 50) -> LanesPage
     halted = [lane for lane in listed if lane.halted_by is not None]
     busy = [lane for lane in listed if lane.waiting or lane.admitted or lane.running]
     return LanesPage(namespace, busy, halted, await store.lane_rules(namespace))
-
-
-def is_terminal(state: State) -> bool:
-    return state in TERMINAL_STATES
