@@ -16,6 +16,7 @@ from ferryq import insights
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import JobFilter, LaneInfo, Store, WorkerInfo
+from ferryq.worker.executor import LeaseExpired
 
 #: The activity charts: one bar per minute over the last hour.
 BUCKET_SECONDS = 60.0
@@ -28,7 +29,7 @@ ACTIVITY_MAX_JOBS = 5000
 #: A job that finished within the hour was enqueued within it or a little before it;
 #: older jobs (long delays, long backoffs) are left out of the charts.
 ACTIVITY_LOOKBACK_SLACK = 3600.0
-LEASE_EXPIRED = "LeaseExpired"
+LEASE_EXPIRED = LeaseExpired.__name__  # the error type of an attempt whose lease ran out
 STATES = [s.value for s in State]
 
 

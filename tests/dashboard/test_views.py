@@ -1,0 +1,111 @@
+"""The dashboard's pure parts: the hour's tally, a job's timeline, the charts, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ferryq.dashboard import charts, views
+from ferryq.dashboard.auth import Sessions
+from ferryq.job import Job, State
+from ferryq.store.base import Store, Token
+
+NOW = 1_800_000_000.0
+SINCE = NOW - 3600
+
+
+def job(job_id: int, state: State, **fields: Any) -> Job:
+    return Job(job_id, "default", "q", "t", [], state, **fields)
+
+
+def failure(at: float, attempt: int, kind: str = "RuntimeError") -> dict[str, Any]:
+    return {"type": kind, "message": "boom", "traceback": "Traceback…", "attempt": attempt,
+            "stage": None, "worker": "w1", "at": at}  # fmt: skip
+
+
+def test_the_tally_counts_finishes_failures_lag_and_lease_recoveries() -> None:
+    jobs = [
+        job(1, State.SUCCEEDED, run_at=NOW - 100, claimed_at=NOW - 99.5, finished_at=NOW - 99),
+        job(
+            2, State.DEAD, finished_at=NOW - 30, errors=[failure(NOW - 40, 1), failure(NOW - 30, 2)]
+        ),
+        job(3, State.READY, errors=[failure(NOW - 20, 1, "LeaseExpired")]),
+        job(4, State.SUCCEEDED, finished_at=NOW - 7200),  # before the hour
+        job(5, State.CANCELLED, finished_at=NOW - 10),
+    ]
+    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    # The dead job's last failure is its death, not a retried attempt.
+    assert (tally.finished, tally.dead, tally.failed) == (3, 1, 2)
+    assert tally.lease_recoveries == 1
+    assert tally.complete
+    last = tally.buckets[-1]
+    assert (last.succeeded, last.dead, last.other) == (0, 1, 1)
+    waits = [w for b in tally.buckets for w in b.waits]
+    assert waits == [0.5]
+
+
+def test_a_sample_cut_short_says_from_when_it_covers() -> None:
+    tally = views.tally([], SINCE, NOW, NOW - 600)
+    assert not tally.complete
+    svg = charts.throughput(tally)
+    assert 'class="cut"' in svg
+
+
+def test_the_timeline_puts_attempts_and_stages_in_order() -> None:
+    dead = job(
+        9, State.DEAD, created_at=NOW - 50, run_at=NOW - 50, attempts=2, fence=2, worker="w1",
+        claimed_at=NOW - 10, started_at=NOW - 9.9, finished_at=NOW - 9,
+        errors=[failure(NOW - 20, 1), failure(NOW - 9, 2)],
+        stages=[{"stage": None, "outcome": "next", "started_at": NOW - 45,
+                 "finished_at": NOW - 44}],
+    )  # fmt: skip
+    events = views.timeline(dead)
+    assert [e.what for e in events] == [
+        "enqueued", "stage first stage done", "attempt 1 failed", "attempt 2 claimed",
+        "attempt 2 started", "attempt 2 failed, no tries left: dead",
+    ]  # fmt: skip
+    assert "fencing token 2" in events[3].detail
+    assert events[2].traceback == "Traceback…"
+
+
+def test_charts_escape_their_text_and_hold_only_numbers() -> None:
+    jobs = [job(1, State.SUCCEEDED, finished_at=NOW - 5, claimed_at=NOW - 6, run_at=NOW - 8)]
+    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    for svg in (charts.throughput(tally), charts.lag(tally)):
+        assert svg.startswith("<svg") and svg.endswith("</svg>")
+        assert "<script" not in svg
+
+
+class _Tokens:
+    """Just enough of a store for sessions: one token, which can be revoked."""
+
+    def __init__(self, token: Token) -> None:
+        self.token: Token | None = token
+
+    async def token_get(self, digest: str) -> Token | None:
+        return self.token if self.token and self.token.digest == digest else None
+
+
+def test_sessions_are_signed_and_end_with_their_token() -> None:
+    token = Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW)
+    tokens = _Tokens(token)
+    store: Store = tokens  # type: ignore[assignment]
+    sessions = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)
+    admin = sessions.admin("admin", "pw")
+    assert admin is not None and admin.namespace is None
+    assert sessions.admin("admin", "wrong") is None
+    assert sessions.admin("root", "pw") is None
+
+    cookie = sessions.sign(sessions.token(token))
+    viewer = asyncio.run(sessions.read(cookie))
+    assert viewer is not None and viewer.namespace == "tenant"
+    body, mac = cookie.split(".")
+    assert asyncio.run(sessions.read(f"{body}x.{mac}")) is None
+    other = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)  # another server's key
+    assert asyncio.run(other.read(cookie)) is None
+    later = Sessions(lambda: store, "admin:pw", key=b"k" * 32, clock=lambda: NOW + 13 * 3600)
+    assert asyncio.run(later.read(later.sign(viewer))) is None  # expired
+
+    without_admin = Sessions(lambda: store, None, clock=lambda: NOW)
+    assert without_admin.admin("", "") is None
+    assert asyncio.run(without_admin.read(without_admin.sign(admin))) is None
