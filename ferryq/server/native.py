@@ -34,6 +34,7 @@ from ferryq.server import http
 from ferryq.server.engine import RECHECK_SECONDS, Engine
 from ferryq.server.http import NO_CONTENT, RequestTooLarge, error
 from ferryq.server.native_models import (
+    MAX_ID,
     MAX_TEXT,
     NO_NUL,
     BatchIn,
@@ -125,10 +126,12 @@ def _route_class(engine: Engine) -> type[APIRoute]:
             handle = super().get_route_handler()
             limit = BATCH_BODY_BYTES if self.path.endswith("/batch") else BODY_BYTES
             has_body = self.body_field is not None
+            query = frozenset(param.alias for param in self.dependant.query_params)
 
             async def guarded(request: Request) -> Response:
                 try:
                     request.scope[_TOKEN_KEY] = await _authorize(engine, request)
+                    _once_each(request, query)
                     return await handle(await _bounded(request, limit) if has_body else request)
                 except ApiError as exc:
                     return error(exc.status, exc.message)
@@ -160,6 +163,14 @@ async def _bounded(request: Request, limit: int) -> Request:
     return Request(request.scope, receive)
 
 
+def _once_each(request: Request, declared: frozenset[str]) -> None:
+    """Every query parameter of this API takes one value: a repeated one is ambiguous."""
+    names = [name for name, _ in request.query_params.multi_items() if name in declared]
+    if len(names) != len(set(names)):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ApiError(422, f"{', '.join(repeated)}: given more than once")
+
+
 def _describe(exc: RequestValidationError) -> str:
     problems = []
     for problem in list(exc.errors())[:5]:
@@ -184,19 +195,20 @@ _REFUSALS = {
     422: "The request does not match the schema: malformed JSON, wrong types, missing or "
     "unknown fields, values out of range.",
     429: "The token's publish rate limit is reached; retry later.",
+    503: "The database cannot be reached; retry later.",
 }
 
 
 def _refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorOut, "description": _REFUSALS[code]}
-            for code in sorted({401, *codes})}  # fmt: skip
+            for code in sorted({401, 503, *codes})}  # fmt: skip
 
 
 def _answer(model: type[Any], description: str) -> dict[str, Any]:
     return {"model": model, "description": description}
 
 
-JobIdPath = Annotated[int, Path(ge=1, le=(1 << 63) - 1, description="The job's id.")]
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 TextQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL)]
 ArgsTextQuery = Annotated[
     str | None,
@@ -205,7 +217,7 @@ ArgsTextQuery = Annotated[
 ]  # fmt: skip
 AfterQuery = Annotated[
     int | None,
-    Query(ge=1, le=(1 << 63) - 1, description="The `next` of the previous page."),
+    Query(ge=1, le=MAX_ID, description="The `next` of the previous page."),
 ]
 LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 WaitQuery = Annotated[
@@ -214,9 +226,11 @@ WaitQuery = Annotated[
           description="Seconds to wait for the job to finish."),
 ]  # fmt: skip
 TtlQuery = Annotated[PositiveSeconds | None, Query(description="A new ttl, from now.")]
-PatternPath = Annotated[
-    str, Path(max_length=MAX_TEXT, pattern=NO_NUL, description="A lane, or a prefix: tenant:*")
-]
+PatternQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
+          description="The pattern of the limit: a lane, or a prefix (tenant:*)."),
+]  # fmt: skip
 
 
 class NativeApi:
@@ -270,10 +284,10 @@ class NativeApi:
             ("GET", "/lanes/limits", self.lane_limits, dict(
                 response_model=LaneRulesOut, responses=_refusals(),
                 summary="Lane limits, by pattern")),
-            ("PUT", "/lanes/limits/{pattern:path}", self.lane_limit_set, dict(
+            ("PUT", "/lanes/limits", self.lane_limit_set, dict(
                 response_model=LaneRuleOut, responses=_refusals(400, 413, 422),
                 summary="Set the limit of a lane (post:42) or a prefix (tenant:*)")),
-            ("DELETE", "/lanes/limits/{pattern:path}", self.lane_limit_delete, dict(
+            ("DELETE", "/lanes/limits", self.lane_limit_delete, dict(
                 status_code=204, response_class=Response, responses=_refusals(404, 422),
                 summary="Remove a lane limit")),
             ("GET", "/stats", self.stats, dict(
@@ -450,18 +464,16 @@ class NativeApi:
         rules = await self.store.lane_rules(token.namespace)
         return http.json(200, {"limits": [dataclasses.asdict(rule) for rule in rules]})
 
-    async def lane_limit_set(
-        self, pattern: PatternPath, body: LaneLimitIn, token: Caller
-    ) -> Response:
+    async def lane_limit_set(self, body: LaneLimitIn, token: Caller) -> Response:
         try:
-            rule = lanes.check_rule(pattern, body.limit, body.on_dead)
+            rule = lanes.check_rule(body.pattern, body.limit, body.on_dead)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         await self.store.lane_rule_set(token.namespace, rule, self.engine.now())
         self.engine.notify()  # a higher limit admits jobs at once
         return http.json(200, dataclasses.asdict(rule))
 
-    async def lane_limit_delete(self, pattern: PatternPath, token: Caller) -> Response:
+    async def lane_limit_delete(self, pattern: PatternQuery, token: Caller) -> Response:
         if not await self.store.lane_rule_delete(token.namespace, pattern, self.engine.now()):
             raise ApiError(404, f"no limit is set for {pattern!r}")
         self.engine.notify()
