@@ -16,6 +16,10 @@ from ferryq.errors import JobNotFound
 from tests.dashboard.conftest import Dash
 from tests.dashboard.story import fresh_namespace, run_all, tasks
 
+# The page's part is the same on every backend, and the store's part is proven on each
+# by the conformance suite: these run on SQLite only, to keep the suite quick.
+SQLITE_ONLY = pytest.mark.parametrize("dash", ["sqlite"], indirect=True)
+
 
 @pytest.fixture
 def app(dash: Dash) -> Iterator[ferryq.App]:
@@ -46,6 +50,7 @@ def test_respawn_one_job_from_its_page(admin: Page, dash: Dash, app: ferryq.App)
     expect(admin.locator("h1 .state")).to_have_text("ready")
 
 
+@SQLITE_ONLY
 def test_respawn_many_from_the_dead_letters(admin: Page, dash: Dash, app: ferryq.App) -> None:
     jobs = dead_jobs(app, 3)
     admin.goto(dash.url(f"/ui/dead?ns={app.namespace}"))
@@ -59,6 +64,7 @@ def test_respawn_many_from_the_dead_letters(admin: Page, dash: Dash, app: ferryq
     assert [app.get_job(i).state for i in jobs] == ["ready"] * 3
 
 
+@SQLITE_ONLY
 def test_purge_asks_first_and_keeps_jobs_when_told_to(
     admin: Page, dash: Dash, app: ferryq.App
 ) -> None:
@@ -80,6 +86,7 @@ def test_purge_asks_first_and_keeps_jobs_when_told_to(
     expect(admin.locator("tr[data-job]")).to_have_count(1)
 
 
+@SQLITE_ONLY
 def test_lane_rules_are_added_edited_and_removed(admin: Page, dash: Dash, app: ferryq.App) -> None:
     admin.goto(dash.url(f"/ui/lanes?ns={app.namespace}"))
     form = admin.locator("#add-rule")
@@ -124,6 +131,7 @@ def test_a_halted_lane_is_released_by_respawning_its_dead_job(
     assert not [lane for lane in app.lanes() if lane.halted_by is not None]
 
 
+@SQLITE_ONLY
 def test_cancel_a_job_that_has_not_run(admin: Page, dash: Dash, app: ferryq.App) -> None:
     job = app.tasks["send"].options(delay=600).enqueue("later@example.com").id
     admin.goto(dash.url(f"/ui/jobs/{job}"))

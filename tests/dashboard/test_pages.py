@@ -136,6 +136,7 @@ def test_lanes_page_lists_halted_and_busy_lanes_and_rules(admin: Page, dash: Das
     dash.shot(admin, "lanes")
 
 
+@pytest.mark.parametrize("dash", ["sqlite"], indirect=True)  # the actions' tests cover both
 def test_dead_letters_page_lists_dead_jobs(admin: Page, dash: Dash) -> None:
     admin.goto(dash.url("/ui/dead"))
     rows = admin.locator("tr[data-job]")

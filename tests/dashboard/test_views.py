@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ferryq.dashboard import charts, views
 from ferryq.dashboard.auth import Sessions
@@ -11,7 +13,14 @@ from ferryq.job import Job, State
 from ferryq.store.base import Store, Token
 
 NOW = 1_800_000_000.0
+T = TypeVar("T")
 SINCE = NOW - 3600
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own thread: the browser's loop may hold this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def job(job_id: int, state: State, **fields: Any) -> Job:
@@ -97,15 +106,15 @@ def test_sessions_are_signed_and_end_with_their_token() -> None:
     assert sessions.admin("root", "pw") is None
 
     cookie = sessions.sign(sessions.token(token))
-    viewer = asyncio.run(sessions.read(cookie))
+    viewer = run(sessions.read(cookie))
     assert viewer is not None and viewer.namespace == "tenant"
     body, mac = cookie.split(".")
-    assert asyncio.run(sessions.read(f"{body}x.{mac}")) is None
+    assert run(sessions.read(f"{body}x.{mac}")) is None
     other = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)  # another server's key
-    assert asyncio.run(other.read(cookie)) is None
+    assert run(other.read(cookie)) is None
     later = Sessions(lambda: store, "admin:pw", key=b"k" * 32, clock=lambda: NOW + 13 * 3600)
-    assert asyncio.run(later.read(later.sign(viewer))) is None  # expired
+    assert run(later.read(later.sign(viewer))) is None  # expired
 
     without_admin = Sessions(lambda: store, None, clock=lambda: NOW)
     assert without_admin.admin("", "") is None
-    assert asyncio.run(without_admin.read(without_admin.sign(admin))) is None
+    assert run(without_admin.read(without_admin.sign(admin))) is None
