@@ -144,21 +144,30 @@ class Engine:
 
     # -- producers and acks ------------------------------------------------------
 
-    async def enqueue(self, task: str, encoded_args: list[str], options: JobOptions) -> list[int]:
+    async def enqueue(
+        self,
+        task: str,
+        encoded_args: list[str],
+        options: JobOptions,
+        payload_limit: int | None = None,
+    ) -> list[int]:
         """Insert jobs (args already JSON) and wake waiting consumers; their ids.
 
         Concurrent enqueues with the same task and options go in one transaction.
+        ``payload_limit``: as in ``App.enqueue_raw``.
         """
-        self.app.check_enqueue(task, encoded_args, options)
-        handles = await self._inserts.submit((task, repr(options)), (encoded_args, options))
+        self.app.check_enqueue(task, encoded_args, options, payload_limit)
+        key = (task, repr(options), payload_limit)
+        handles = await self._inserts.submit(key, (encoded_args, options))
         self.notify()
         return [handle.id for handle in handles]
 
     async def _insert_batch(
-        self, key: tuple[str, str], parts: list[tuple[list[str], JobOptions]]
+        self, key: tuple[str, str, int | None], parts: list[tuple[list[str], JobOptions]]
     ) -> list[list[JobHandle]]:
-        task, options = key[0], parts[0][1]
-        handles = await self.app.enqueue_raw(task, [a for args, _ in parts for a in args], options)
+        task, options, limit = key[0], parts[0][1], key[2]
+        args = [a for encoded, _ in parts for a in encoded]
+        handles = await self.app.enqueue_raw(task, args, options, payload_limit=limit)
         return split(handles, [len(args) for args, _ in parts])
 
     async def ack(self, namespace: str, queue: str, job_id: int) -> bool:
