@@ -1,6 +1,6 @@
-"""The shapes of the native API (``/v1``): request bodies, as strict as the checks that
-follow them, and responses, exactly as the routes write them. FastAPI turns both into
-the OpenAPI schema at ``/openapi.json``.
+"""The shapes of the native API (``/v1``): request bodies and parameters, as strict as
+the checks that follow them, and responses, exactly as the routes write them. FastAPI
+turns them into the OpenAPI schema at ``/openapi.json``.
 
 Requests are strict: no extra fields, no numbers as strings, numbers finite and bounded
 (a date far past year 9999 could be stored but never shown). Strings that reach the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from fastapi import Path, Query
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -35,6 +36,9 @@ MAX_ID = (1 << 53) - 1
 MAX_BATCH = 1000
 MAX_IDS = 1000
 MAX_TEXT = 255
+MAX_PAGE = 1000
+MAX_WAIT_SECONDS = 60.0
+DEFAULT_WAIT_SECONDS = 30.0
 NO_NUL = r"^[^\x00]*$"
 
 
@@ -121,6 +125,34 @@ class LaneLimitIn(_Strict):
 
 class JobIdsIn(_Strict):
     ids: list[JobId] = Field(min_length=1, max_length=MAX_IDS)
+
+
+# -- parameters ------------------------------------------------------------------------
+
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+QueueQuery = Annotated[str | None, Query(pattern=NAME_RE.pattern)]
+TextQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL)]
+ArgsTextQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
+          description="A substring of the job's arguments as JSON."),
+]  # fmt: skip
+AfterQuery = Annotated[
+    int | None,
+    Query(ge=1, le=MAX_ID, description="The `next` of the previous page."),
+]
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+WaitQuery = Annotated[
+    float,
+    Query(ge=0.0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+          description="Seconds to wait for the job to finish."),
+]  # fmt: skip
+TtlQuery = Annotated[PositiveSeconds | None, Query(description="A new ttl, from now.")]
+PatternQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
+          description="The pattern of the limit: a lane, or a prefix (tenant:*)."),
+]  # fmt: skip
 
 
 # -- responses ---------------------------------------------------------------------
