@@ -3,7 +3,8 @@
 Counting a long history is the dashboard's costliest read: seconds for millions of
 finished jobs on SQLite. So an overview is reused for at least ``FRESH_SECONDS``, and
 for ten times as long as it took to compute; after that, the next request gets it as
-it was and starts a recomputation, so pages never wait for one (but the very first).
+it was and starts a recomputation, so pages never wait for one. The very first is
+waited for a moment, then the page says it is counting and fetches it again shortly.
 It reads through a store of its own: a SQLite store runs one statement at a time, and
 a count taking seconds would hold up every API call made meanwhile.
 """
@@ -11,12 +12,15 @@ a count taking seconds would hold up every API call made meanwhile.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ferryq.dashboard import views
 from ferryq.store import Store, open_store
+
+log = logging.getLogger("ferryq.dashboard")
 
 FRESH_SECONDS = 2.0
 COST_FACTOR = 10.0  # an overview that took 1 s to compute is reused for 10 s
@@ -42,15 +46,21 @@ class Overviews:
         self._entries: dict[str | None, _Entry] = {}
         self._running: dict[str | None, asyncio.Task[None]] = {}
 
-    async def get(self, namespace: str | None) -> views.Overview:
+    async def get(self, namespace: str | None, wait: float) -> views.Overview | None:
+        """The namespace's overview (None: all). A stale one starts a recomputation; the
+        first one is waited for up to ``wait`` seconds, then None while it is counted."""
         entry = self._entries.get(namespace)
         if entry is None or entry.stale():
             task = self._running.get(namespace)
             if task is None:
                 task = self._running[namespace] = asyncio.create_task(self._compute(namespace))
             if entry is None:
-                await asyncio.shield(task)
-                entry = self._entries[namespace]
+                done, _ = await asyncio.wait([task], timeout=wait)
+                if not done:
+                    return None
+                entry = self._entries.get(namespace)
+                if entry is None:
+                    raise RuntimeError("the overview could not be computed (see the log)")
         return entry.data
 
     async def _compute(self, namespace: str | None) -> None:
@@ -60,6 +70,9 @@ class Overviews:
             if len(self._entries) >= MAX_KEPT:
                 self._entries.clear()
             self._entries[namespace] = _Entry(data, time.monotonic(), time.monotonic() - began)
+        except Exception:
+            # Nobody may be waiting for this one: say it here. The next request tries again.
+            log.exception("computing the dashboard's overview failed")
         finally:
             del self._running[namespace]
 
@@ -70,3 +83,8 @@ class Overviews:
                 await store.open(migrate=False)
                 self._store = store
             return self._store
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None

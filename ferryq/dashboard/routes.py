@@ -46,6 +46,8 @@ PAGE_SIZE = 50
 MAX_IDS = 500  # jobs one action may name
 MAX_FORM_BYTES = 64 * 1024
 MAX_TEXT = 200
+#: How long a page waits for a first overview before it says it is still counting.
+OVERVIEW_WAIT_SECONDS = 1.0
 FAILED_LOGIN_PAUSE = 0.5
 FRAGMENT_HEADER = "x-ferryq-fragment"
 NAV = (("overview", "Overview", "/"), ("jobs", "Jobs", "/jobs"), ("dead", "Dead letters", "/dead"),
@@ -170,7 +172,11 @@ class Dashboard:
 
     async def overview(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer)
-        data = await self.overviews.get(namespace)
+        data = await self.overviews.get(namespace, wait=OVERVIEW_WAIT_SECONDS)
+        if data is None:  # still counting: the page's script fetches it again shortly
+            return self.render(request, viewer, "overview.html", title="Overview",
+                               active="overview", fragment="fragments/counting.html",
+                               ns=namespace or "")  # fmt: skip
         return self.render(request, viewer, "overview.html", title="Overview", active="overview",
                            fragment="fragments/overview.html", o=data, ns=namespace or "",
                            throughput=charts.throughput(data.activity),

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from ferryq.dashboard import charts, views
 from ferryq.dashboard.auth import Sessions
+from ferryq.dashboard.overviews import Overviews
 from ferryq.job import Job, State
 from ferryq.store.base import Store, Token
 
@@ -118,3 +122,31 @@ def test_sessions_are_signed_and_end_with_their_token() -> None:
     without_admin = Sessions(lambda: store, None, clock=lambda: NOW)
     assert without_admin.admin("", "") is None
     assert run(without_admin.read(without_admin.sign(admin))) is None
+
+
+def test_a_first_overview_is_waited_for_briefly_then_counted_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        go = asyncio.Event()
+        counted: list[str | None] = []
+
+        made = views.tally([], SINCE, NOW, SINCE)
+
+        async def slow_overview(store: Store, namespace: str | None, now: float) -> Any:
+            counted.append(namespace)
+            await go.wait()
+            return views.Overview([], {}, made, [], [], [], now)
+
+        monkeypatch.setattr(views, "overview", slow_overview)
+        overviews = Overviews(f"sqlite:///{tmp_path}/ferryq.db", lambda: NOW)
+        assert await overviews.get("a", wait=0.01) is None  # still counting
+        assert await overviews.get("a", wait=0.01) is None  # the same count, not a second
+        go.set()
+        first = await overviews.get("a", wait=1.0)
+        assert first is not None and first.activity is made
+        assert await overviews.get("a", wait=0.01) is first  # kept
+        assert counted == ["a"]
+        await overviews.close()
+
+    run(scenario())
