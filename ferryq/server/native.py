@@ -71,7 +71,7 @@ class NativeApi:
 
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/v1", route_class=route_class(self.engine), tags=["v1"])
-        job_routes: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = [
+        routes: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = [
             ("POST", "/jobs", self.enqueue, dict(
                 status_code=201, response_model=EnqueuedOut,
                 responses={200: answer(EnqueuedOut, "Deduplicated: an unfinished job (or one "
@@ -127,7 +127,7 @@ class NativeApi:
             ("GET", "/workers", self.workers, dict(
                 response_model=WorkersOut, responses=refusals(), summary="Registered workers")),
         ]  # fmt: skip
-        for method, path, endpoint, options in job_routes:
+        for method, path, endpoint, options in routes:
             router.add_api_route(path, endpoint, methods=[method], **options)
         return router
 
