@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.server.harness import (
     CONSUMED_KEYS,
     JOB_KEYS,
@@ -87,34 +85,6 @@ def test_several_queues_are_tried_in_the_order_given(lm: Lmstfy) -> None:
     assert lm.consume_ok("low,high", timeout=1)["queue"] == "low"
 
 
-def test_a_blocking_consume_returns_a_job_published_during_the_wait(lm: Lmstfy) -> None:
-    with lm.consuming("q", timeout=10) as pending:
-        published_at = time.monotonic()
-        job_id = lm.publish_ok("q", b"late")
-        consumed = pending.result(timeout=20)
-        took = time.monotonic() - published_at
-    assert consumed.status_code == 200, consumed.text
-    assert consumed.json()["job_id"] == job_id
-    assert consumed.json()["data"] == b64(b"late")
-    assert took < 2, f"the job came {took:.2f} s after it was published"
-
-
-def test_a_blocking_consume_on_several_queues_returns_the_first_published(lm: Lmstfy) -> None:
-    with lm.consuming("a,b", timeout=10) as pending:
-        job_id = lm.publish_ok("b", b"in b")
-        consumed = pending.result(timeout=20)
-    assert consumed.status_code == 200, consumed.text
-    assert (consumed.json()["queue"], consumed.json()["job_id"]) == ("b", job_id)
-
-
-def test_a_blocking_consume_that_times_out_is_404_no_job_available(lm: Lmstfy) -> None:
-    began = time.monotonic()
-    consumed = lm.consume("q", timeout=1)
-    took = time.monotonic() - began
-    assert_no_job(consumed)
-    assert 0.9 <= took < 3.0, f"timeout=1 answered after {took:.2f} s"
-
-
 def test_count_over_one_returns_an_array_of_what_is_ready(lm: Lmstfy) -> None:
     ids = [lm.publish_ok("q", f"{n}".encode(), tries=2) for n in range(3)]
     consumed = lm.consume("q", count=5, ttr=60)
@@ -146,15 +116,6 @@ def test_count_over_one_with_one_job_is_an_array_of_one(lm: Lmstfy) -> None:
 def test_count_one_is_a_single_object(lm: Lmstfy) -> None:
     lm.publish_ok("q", b"x")
     assert set(lm.consume_ok("q", count=1)) == CONSUMED_KEYS
-
-
-def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: Lmstfy) -> None:
-    with lm.consuming("q", timeout=10, count=5) as pending:
-        job_id = lm.publish_ok("q", b"x")
-        consumed = pending.result(timeout=20)
-    assert consumed.status_code == 200, consumed.text
-    jobs = consumed.json()
-    assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
 
 
 def test_invalid_count_ttr_and_timeout_are_refused_and_change_nothing(lm: Lmstfy) -> None:

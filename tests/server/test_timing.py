@@ -1,19 +1,66 @@
-"""Delays and leases in real time, on a server with no worker beside it.
+"""Blocking consumes, delays and leases in real time, on a server with no worker.
 
 lmstfy's clients assume that a delay or a lease fires within about a second of its
 time, never before it. These are the suite's only tests that wait on the clock (1 s
 each); they wait with a blocking consume or a short poll under a deadline, never a
 sleep. The window asserted is [time - EARLY, time + LATE].
+
+Every blocking consume of the suite is here, in a module (and so a server) of its
+own: a server that mishandles one cannot take the other modules' tests down with it.
 """
 
 from __future__ import annotations
 
 import time
 
+import ferryq
 from tests.server.harness import Lmstfy, assert_no_job, b64, wait_until
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
 LATE = 1.25  # "within about a second", plus the round trips
+
+
+# -- blocking consumes ----------------------------------------------------------
+
+
+def test_a_blocking_consume_returns_a_job_published_during_the_wait(lm: Lmstfy) -> None:
+    with lm.consuming("q", timeout=10) as pending:
+        published_at = time.monotonic()
+        job_id = lm.publish_ok("q", b"late")
+        consumed = pending.result(timeout=20)
+        took = time.monotonic() - published_at
+    assert consumed.status_code == 200, consumed.text
+    assert consumed.json()["job_id"] == job_id
+    assert consumed.json()["data"] == b64(b"late")
+    assert took < 2, f"the job came {took:.2f} s after it was published"
+
+
+def test_a_blocking_consume_on_several_queues_returns_the_first_published(lm: Lmstfy) -> None:
+    with lm.consuming("a,b", timeout=10) as pending:
+        job_id = lm.publish_ok("b", b"in b")
+        consumed = pending.result(timeout=20)
+    assert consumed.status_code == 200, consumed.text
+    assert (consumed.json()["queue"], consumed.json()["job_id"]) == ("b", job_id)
+
+
+def test_a_blocking_consume_that_times_out_is_404_no_job_available(lm: Lmstfy) -> None:
+    began = time.monotonic()
+    consumed = lm.consume("q", timeout=1)
+    took = time.monotonic() - began
+    assert_no_job(consumed)
+    assert 0.9 <= took < 3.0, f"timeout=1 answered after {took:.2f} s"
+
+
+def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: Lmstfy) -> None:
+    with lm.consuming("q", timeout=10, count=5) as pending:
+        job_id = lm.publish_ok("q", b"x")
+        consumed = pending.result(timeout=20)
+    assert consumed.status_code == 200, consumed.text
+    jobs = consumed.json()
+    assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
+
+
+# -- delays and leases ---------------------------------------------------------------
 
 
 def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lmstfy) -> None:
@@ -65,6 +112,11 @@ def test_an_expired_lease_without_tries_left_lands_in_the_dead_letter(lm: Lmstfy
     )
     assert lm.size("q") == 0
     assert_no_job(lm.consume("q"))
+    app = ferryq.App(lm.server.url, namespace=lm.namespace)
+    try:
+        assert app.get_job(int(job_id)).state == "dead"
+    finally:
+        app.close()
 
 
 def test_an_acked_job_is_not_consumed_again_after_its_lease(lm: Lmstfy) -> None:
