@@ -6,14 +6,17 @@ import asyncio
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
 
 import pytest
 
 from ferryq.dashboard import charts, views
-from ferryq.dashboard.auth import Sessions
+from ferryq.dashboard.auth import Sessions, Viewer
 from ferryq.dashboard.overviews import Overviews
+from ferryq.dashboard.routes import Dashboard
 from ferryq.job import Job, State
+from ferryq.server.engine import Engine
 from ferryq.store.base import Store, Token
 
 NOW = 1_800_000_000.0
@@ -150,3 +153,14 @@ def test_a_first_overview_is_waited_for_briefly_then_counted_in_the_background(
         await overviews.close()
 
     run(scenario())
+
+
+def test_the_overview_page_says_it_is_counting_until_its_first_count() -> None:
+    engine = SimpleNamespace(app=SimpleNamespace(url="sqlite:///unused.db"), now=lambda: NOW)
+    dashboard = Dashboard(cast(Engine, engine), "admin:pw", "/ui")
+    viewer = Viewer("admin", None, "admin", "csrf-value")
+    page = dashboard.env.get_template("overview.html").render(
+        viewer=viewer, now=NOW, title="Overview", active="overview", notice=None, error=None,
+        fragment="fragments/counting.html", ns="",
+    )  # fmt: skip
+    assert 'id="counting"' in page and 'id="live"' in page
