@@ -246,6 +246,7 @@ class App:
         options: JobOptions,
         payload_limit: int | None = None,
     ) -> NewJob:
+        options.validate()
         now = self.clock()
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
