@@ -28,6 +28,9 @@ CHROMIUM = os.environ.get("FERRYQ_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "dashboard"
 ADMIN = ("admin", "s3cret-pass")
 TIMEOUT_MS = 10_000
+# Assertions wait as long as actions do: a live page refreshes every 2-3 s, and a busy
+# machine can take a while to answer.
+expect.set_options(timeout=TIMEOUT_MS)
 
 
 @dataclass(frozen=True, slots=True)
