@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
 from tests.server.harness import (
     CONSUMED_KEYS,
+    HTTP_TIMEOUT,
     JOB_KEYS,
     Lmstfy,
     assert_error,
@@ -98,6 +104,46 @@ def test_count_over_one_returns_an_array_of_what_is_ready(lm: Lmstfy) -> None:
         assert (job["namespace"], job["queue"]) == (lm.namespace, "q")
         assert (job["data"], job["remain_tries"]) == (b64(f"{n}".encode()), 1)
     assert_no_job(lm.consume("q", count=5))
+
+
+def test_count_over_one_takes_from_several_queues_in_their_order(lm: Lmstfy) -> None:
+    first = [lm.publish_ok("a", b"a") for _ in range(2)]
+    second = lm.publish_ok("b", b"b")
+    consumed = lm.consume("b,a", count=10, timeout=1)
+    assert consumed.status_code == 200, consumed.text
+    jobs = consumed.json()
+    assert [(job["queue"], job["job_id"]) for job in jobs] == [
+        ("b", second),
+        ("a", first[0]),
+        ("a", first[1]),
+    ]
+
+
+def test_count_of_100_takes_100_jobs(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(64)]).encode()
+    ids = lm.bulk("q", body).json()["job_ids"] + lm.bulk("q", body).json()["job_ids"]
+    jobs = lm.consume("q", count=100).json()
+    assert [job["job_id"] for job in jobs] == ids[:100]
+    assert lm.size("q") == 28
+
+
+def test_concurrent_consumers_never_get_the_same_job(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(60)]).encode()
+    published = set(lm.bulk("q", body).json()["job_ids"])
+
+    def drain(_: int) -> list[str]:
+        taken: list[str] = []
+        with httpx.Client(base_url=lm.server.api, timeout=HTTP_TIMEOUT) as client:
+            while True:
+                answer = client.get(lm.path("q"), headers={"X-Token": lm.token})
+                if answer.status_code == 404:
+                    return taken
+                assert answer.status_code == 200, answer.text
+                taken.append(answer.json()["job_id"])
+
+    with ThreadPoolExecutor(6) as pool:
+        taken = [job_id for batch in pool.map(drain, range(6)) for job_id in batch]
+    assert sorted(taken) == sorted(published)
 
 
 def test_count_takes_at_most_count_jobs(lm: Lmstfy) -> None:

@@ -64,6 +64,12 @@ def test_respawn_and_delete_take_one_job_by_default(lm: Lmstfy) -> None:
 
 def test_delete_removes_up_to_limit_dead_jobs(lm: Lmstfy) -> None:
     lm.make_dead("q", 3)
+    # Dead letters belong to their queue; destroying the queue leaves them.
+    assert lm.dead_size("other") == 0
+    assert lm.respawn("other", limit=10).json()["count"] == 0
+    assert lm.delete_dead("other", limit=10).status_code == 204
+    assert lm.destroy("q").status_code == 204
+    assert lm.dead_size("q") == 3
     deleted = lm.delete_dead("q", limit=2)
     assert (deleted.status_code, deleted.content) == (204, b"")
     assert lm.dead_size("q") == 1

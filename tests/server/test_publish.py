@@ -6,6 +6,7 @@ Each rejected request is also checked to have changed nothing: the queue stays e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from tests.server.harness import Lmstfy, MiB, assert_error, assert_no_job, b64, each
 
@@ -110,6 +111,33 @@ def test_a_body_of_exactly_one_mib_is_accepted(lm: Lmstfy) -> None:
 
 def test_a_body_over_one_mib_is_413(lm: Lmstfy) -> None:
     assert_error(lm.publish("q", b"x" * (MiB + 1)), 413, "body too large")
+    assert_untouched(lm, "q")
+
+
+def test_the_body_is_never_parsed_whatever_its_content_type(lm: Lmstfy) -> None:
+    bodies = {
+        "application/x-www-form-urlencoded": b"a=1&b=2",
+        "application/json": b"{not json",
+        "multipart/form-data; boundary=x": b"--x\r\nnot really\r\n--x--",
+        "text/plain; charset=utf-8": b"\xff\xfe",
+    }
+    for content_type, body in bodies.items():
+        job_id = lm.publish_ok("q", body, headers={"Content-Type": content_type})
+        assert lm.consume_ok("q")["job_id"] == job_id
+        assert lm.peek_job("q", job_id).json()["data"] == b64(body), content_type
+
+
+def test_a_chunked_body_is_taken_whole_and_held_to_the_same_limit(lm: Lmstfy) -> None:
+    def chunks(total: int) -> Iterator[bytes]:
+        for start in range(0, total, 65536):
+            yield b"c" * min(65536, total - start)
+
+    headers = {"X-Token": lm.token}
+    published = lm.http.put(lm.path("q"), content=chunks(200_000), headers=headers)
+    assert published.status_code == 201, published.text
+    assert lm.consume_ok("q")["data"] == b64(b"c" * 200_000)
+    too_large = lm.http.put(lm.path("q"), content=chunks(MiB + 1), headers=headers)
+    assert_error(too_large, 413, "body too large")
     assert_untouched(lm, "q")
 
 

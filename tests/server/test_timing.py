@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import ferryq
-from tests.server.harness import Lmstfy, assert_no_job, b64, wait_until
+from tests.server.harness import Lmstfy, assert_error, assert_no_job, b64, wait_until
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
 LATE = 1.25  # "within about a second", plus the round trips
@@ -65,7 +65,7 @@ def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: L
 
 def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lmstfy) -> None:
     published_at = time.monotonic()
-    job_id = lm.publish_ok("q", b"later", delay=1)
+    job_id = lm.publish_ok("q", b"later", delay=1, ttl=10)
     assert_no_job(lm.consume("q"))
     assert lm.size("q") == 0
     job = lm.consume_ok("q", timeout=5)
@@ -73,6 +73,18 @@ def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lms
     assert job["job_id"] == job_id and job["data"] == b64(b"later")
     assert 1 - EARLY <= took <= 1 + LATE, f"a 1 s delay fired after {took:.2f} s"
     assert job["elapsed_ms"] >= 1000 - EARLY * 1000
+    assert job["ttl"] in (8, 9), job  # counted from publish, not from the end of the delay
+
+
+def test_a_job_past_its_ttl_is_dropped(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"stale", ttl=1)
+    kept = lm.publish_ok("q", b"fresh", ttl=0)
+    assert lm.size("q") == 2
+    wait_until(lambda: lm.size("q") == 1, within=1 + LATE + 1, what="the ttl to pass")
+    assert_error(lm.peek_job("q", job_id), 404, "job not found")
+    assert lm.consume_ok("q")["job_id"] == kept
+    assert_no_job(lm.consume("q"))
+    assert lm.dead_size("q") == 0
 
 
 def test_an_expired_lease_with_tries_left_puts_the_job_back(lm: Lmstfy) -> None:

@@ -133,6 +133,16 @@ def test_the_size_endpoints_need_no_token(lm: Lmstfy) -> None:
     )
 
 
+def test_the_size_of_a_namespace_nobody_has_used_is_zero(lm: Lmstfy) -> None:
+    unused = new_namespace()
+    for path in (f"/api/{unused}/q/size", f"/api/{unused}/q/deadletter/size"):
+        answer = lm.request("GET", path, token=None)
+        assert (answer.status_code, answer.json()) == (
+            200,
+            {"namespace": unused, "queue": "q", "size": 0},
+        )
+
+
 def test_a_namespace_can_hold_several_tokens(lm: Lmstfy) -> None:
     second = lm.server.create_token(lm.namespace, "second")
     assert second != lm.token
