@@ -60,6 +60,16 @@ def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: L
     assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
 
 
+def test_count_over_one_with_jobs_ready_does_not_wait_for_more(lm: Lmstfy) -> None:
+    ids = [lm.publish_ok("q", b"x") for _ in range(2)]
+    began = time.monotonic()
+    consumed = lm.consume("q", count=5, timeout=5)
+    took = time.monotonic() - began
+    assert consumed.status_code == 200, consumed.text
+    assert [job["job_id"] for job in consumed.json()] == ids
+    assert took < 1, f"answered after {took:.2f} s with jobs ready"
+
+
 # -- delays and leases ---------------------------------------------------------------
 
 
