@@ -138,6 +138,16 @@ def test_a_token_for_a_forbidden_namespace_name_is_refused(admin: httpx.Client) 
     each(["a.b", "a$b", "a b", "\u00e4"], check)
 
 
+def test_namespace_names_up_to_255_characters(server: ServerProcess, admin: httpx.Client) -> None:
+    longest = new_namespace() + "n" * (255 - len(new_namespace()))
+    assert len(longest) == 255
+    created = admin.post(f"/token/{longest}", params={"description": "d"})
+    assert created.status_code == 201, created.text
+    assert publishes(server, longest, created.json()["token"]) == 201
+    too_long = admin.post(f"/token/{longest}n", params={"description": "d"})
+    assert too_long.status_code == 400, too_long.text
+
+
 def test_the_default_pool_may_be_named_and_no_other(admin: httpx.Client) -> None:
     namespace = new_namespace()
     named = admin.post(f"/token/{namespace}", params={"description": "d", "pool": "default"})

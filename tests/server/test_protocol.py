@@ -66,6 +66,9 @@ def test_every_response_carries_a_unique_request_id(lm: Lmstfy) -> None:
         where = f"{response.request.method} {response.request.url} -> {response.status_code}"
         assert request_id, f"no X-Request-ID on {where}"
         ids.append(request_id)
+        if response.status_code != 204 and response.request.url.path != "/healthz":
+            content_type = response.headers.get("content-type", "")
+            assert content_type.startswith("application/json"), f"{content_type!r} on {where}"
     assert len(set(ids)) == len(ids), ids
 
 

@@ -335,6 +335,12 @@ def test_republish_of_a_consumed_job_with_a_delay(lm: Lmstfy) -> None:
     assert_no_job(lm.consume("q"))
 
 
+def test_republish_of_an_unknown_id_publishes_anyway(lm: Lmstfy) -> None:
+    republished = lm.republish("q", "999999999", b"fresh")
+    assert republished.status_code == 201, republished.text
+    assert lm.consume_ok("q")["job_id"] == republished.json()["job_id"]
+
+
 def test_a_refused_republish_keeps_the_old_job(lm: Lmstfy) -> None:
     cases: list[tuple[dict[str, str], str]] = [
         ({"delay": "abc"}, "invalid delay"),
