@@ -55,7 +55,8 @@ def test_respawn_brings_back_the_oldest_dead_jobs_with_one_try(lm: Lmstfy) -> No
 def test_respawn_and_delete_take_one_job_by_default(lm: Lmstfy) -> None:
     first, _, third = lm.make_dead("q", 3)
     assert lm.respawn("q").json() == {"msg": "respawned", "count": 1}
-    assert lm.consume_ok("q")["job_id"] == first
+    job = lm.consume_ok("q")
+    assert (job["job_id"], job["ttl"]) == (first, 86400)  # the default ttl, as for publish
     assert lm.delete_dead("q").status_code == 204
     assert lm.dead_size("q") == 1
     assert lm.deadletter("q").json()["deadletter_head"] == third

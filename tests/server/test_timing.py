@@ -12,6 +12,7 @@ own: a server that mishandles one cannot take the other modules' tests down with
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 import ferryq
 from tests.server.harness import Lmstfy, assert_error, assert_no_job, b64, wait_until
@@ -58,6 +59,31 @@ def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: L
     assert consumed.status_code == 200, consumed.text
     jobs = consumed.json()
     assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
+
+
+def test_one_job_wakes_one_of_two_waiting_consumers_and_only_its_own(lm: Lmstfy) -> None:
+    namespace = f"{lm.namespace}-x"
+    stranger = Lmstfy(lm.server, namespace, lm.server.create_token(namespace))
+    try:
+        with lm.consuming("q", timeout=2) as first, lm.consuming("q", timeout=2) as second:
+            stranger.publish_ok("q", b"not for them")  # same queue name, other namespace
+            job_id = lm.publish_ok("q", b"for one of them")
+            answers = [first.result(timeout=10), second.result(timeout=10)]
+    finally:
+        stranger.close()
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes == [200, 404], [answer.text for answer in answers]
+    (taken,) = [answer.json() for answer in answers if answer.status_code == 200]
+    assert (taken["namespace"], taken["job_id"]) == (lm.namespace, job_id)
+
+
+def test_many_waiting_consumers_share_as_many_jobs_one_each(lm: Lmstfy) -> None:
+    with ExitStack() as stack:
+        waiting = [stack.enter_context(lm.consuming("q", timeout=10)) for _ in range(8)]
+        ids = {lm.publish_ok("q", f"{n}".encode()) for n in range(8)}
+        answers = [pending.result(timeout=20) for pending in waiting]
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+    assert sorted(answer.json()["job_id"] for answer in answers) == sorted(ids)
 
 
 def test_count_over_one_with_jobs_ready_does_not_wait_for_more(lm: Lmstfy) -> None:
