@@ -101,12 +101,15 @@ def test_the_credential_may_come_from_the_environment(server_db: str, tmp_path: 
 def test_the_admin_port_off_loopback_without_a_credential_is_refused_at_start(
     server_db: str,
 ) -> None:
-    refused = subprocess.run(
-        server_command(server_db, admin_host="0.0.0.0"),
-        cwd=ROOT, env=server_env(), stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=STOP_SECONDS + 30, check=False,
-    )  # fmt: skip
-    assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
-    assert "listening" not in refused.stdout, refused.stdout
-    said = refused.stderr.lower()
-    assert "admin" in said and "credential" in said, refused.stderr[-2000:]
+    def check(host: str) -> None:
+        refused = subprocess.run(
+            server_command(server_db, admin_host=host),
+            cwd=ROOT, env=server_env(), stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=STOP_SECONDS + 30, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
+        assert "listening" not in refused.stdout, refused.stdout
+        said = refused.stderr.lower()
+        assert "admin" in said and "credential" in said, refused.stderr[-2000:]
+
+    each(["0.0.0.0", "::"], check)
