@@ -57,7 +57,10 @@ class Dash:
         page.screenshot(path=str(ARTIFACTS / f"{self.backend}-{name}.png"), full_page=True)
 
 
-@pytest.fixture(scope="session")
+# The browser lives as long as this package's tests and no longer: Playwright's sync
+# API holds an event loop on the main thread while it runs, and the async tests of
+# other packages need that thread free of one.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     if not os.access(CHROMIUM, os.X_OK):
         message = f"no Chromium at {CHROMIUM} (scripts/ensure-chromium.sh installs it)"
@@ -68,14 +71,14 @@ def playwright() -> Iterator[Playwright]:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     launched = playwright.chromium.launch(executable_path=CHROMIUM)
     yield launched
     launched.close()
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="package", params=BACKENDS)
 def dash(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Dash]:
@@ -118,7 +121,7 @@ def page(browser: Browser) -> Iterator[Page]:
         yield opened
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def admin_state(browser: Browser, dash: Dash) -> Any:
     """The cookies of an operator's session, signed in once through the form."""
     with browser_page(browser) as opened:
