@@ -107,7 +107,10 @@ async def run_clients(
     async def client(conn: Connection) -> None:
         nonlocal done
         while time.perf_counter() < deadline:
-            done += await loop_body(conn)
+            # Not ``done += await ...``: that reads ``done`` before awaiting, and every
+            # other client's count in the meantime would be lost.
+            finished = await loop_body(conn)
+            done += finished
 
     started = time.perf_counter()
     await asyncio.gather(*(client(c) for c in connections))
