@@ -336,40 +336,34 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
                 AS floor_due
         FROM ferryq_jobs j
         WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
-), steps(n, l, id, room) AS (
-    -- The first waiting jobs of each lane with room, one index step at a time: a
-    -- LIMIT of the room itself would be unknown to the planner, which could then
-    -- read a long lane whole.
-    SELECT l.n, l.l, (SELECT j.id FROM ferryq_jobs j
-                      WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
-                      ORDER BY j.id LIMIT 1), l.k - l.held
-    FROM l WHERE NOT l.halted AND l.held < l.k
-    UNION ALL
-    SELECT s.n, s.l, (SELECT j.id FROM ferryq_jobs j
-                      WHERE j.namespace = s.n AND j.lane = s.l AND j.state = 'waiting'
-                        AND j.id > s.id
-                      ORDER BY j.id LIMIT 1), s.room - 1
-    FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL
-), picked AS (
-    SELECT w.id, w.run_at, w.queue, w.expires_at, l.n,
-        row_number() OVER lane = 1 AND l.floor_order IS NULL AS first_free,
-        greatest(l.floor_order, max(w.order_time) OVER lane) AS order_time,
-        greatest(l.floor_due,
-                 max(w.run_at) OVER (lane ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-            AS floor_due
-    FROM steps s
-    JOIN l ON l.n = s.n AND l.l = s.l
-    CROSS JOIN LATERAL (
+), steps(n, l, id, room, order_time, floor_due, first_free, run_at, queue, expires_at) AS (
+    -- The first waiting jobs of each lane with room, one index step at a time (a
+    -- LIMIT of the room itself would be unknown to the planner, which could then read
+    -- a long lane whole), carrying along the floors the jobs before it set: its order
+    -- time at least theirs, its due time at least theirs. Carried, not windowed: a
+    -- window partition per lane costs more than the steps themselves.
+    SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
+        l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
+    FROM l CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
-        WHERE j.id = s.id) w
-    WINDOW lane AS (PARTITION BY l.n, l.l ORDER BY w.id)
+        WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
+        ORDER BY j.id LIMIT 1) w
+    WHERE NOT l.halted AND l.held < l.k
+    UNION ALL
+    SELECT s.n, s.l, w.id, s.room - 1, greatest(s.order_time, w.order_time),
+        greatest(s.floor_due, s.run_at), false, w.run_at, w.queue, w.expires_at
+    FROM steps s CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
+        WHERE j.namespace = s.n AND j.lane = s.l AND j.state = 'waiting' AND j.id > s.id
+        ORDER BY j.id LIMIT 1) w
+    WHERE s.room > 1
 ), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
             AS run_at,
         first_free AND n = :take_namespace AND queue = ANY(:take_queues::text[])
             AND (expires_at IS NULL OR expires_at > :now) AS takeable
-    FROM picked
+    FROM steps
 ), planned AS (
     SELECT id, order_time, run_at,
         takeable AND run_at <= :now
@@ -387,7 +381,9 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         lease_until = CASE WHEN p.take THEN :now + j.ttr ELSE j.lease_until END,
         worker = CASE WHEN p.take THEN :worker ELSE j.worker END
     FROM planned p
-    WHERE j.id = p.id  -- waiting: under the lane's lock nothing else moves a waiting job
+    -- waiting: under the lane's lock nothing else moves a waiting job. The ANY keeps
+    -- the update to primary-key lookups whatever the planner guesses of the steps.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM planned)) AND j.id = p.id
     RETURNING p.take, j.state, {claim_columns}
 )
 SELECT 'take', {claim_of_a} FROM admitted a WHERE a.take
