@@ -603,6 +603,8 @@ async def _claim(
     conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
 ) -> list[Claimed]:
     await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+    if limit <= 0:  # freed lanes may take every slot: promoting is all there is to do
+        return []
     return await _claim_ready(conn, namespace, queues, limit, worker, now)
 
 

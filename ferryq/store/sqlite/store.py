@@ -557,7 +557,7 @@ def _finish_many(
     accepted: list[int] = []
     stale: list[int] = []
     in_lanes: dict[int, tuple[str, str]] = {}  # the jobs that left a lane's hold
-    to_history = [f for f in finishes if f.kind in _TO_HISTORY]
+    to_history = sorted((f for f in finishes if f.kind in _TO_HISTORY), key=_by_id)
     if to_history:
         batch = json.dumps([_history_row(f) for f in to_history])
         conn.execute("SAVEPOINT batch")
@@ -804,3 +804,7 @@ def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
 def _list(conn: sqlite3.Connection, where: JobFilter) -> list[Job]:
     sql, params = list_query(where)
     return [job_from_row(row) for row in conn.execute(sql, params)]
+
+
+def _by_id(finish: Finish) -> int:
+    return finish.id
