@@ -236,15 +236,16 @@ DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
 
 -- name: lane_lock
 -- Serialises the decisions about a lane (released at commit). Taken in key order, and
--- before any job row, so two transactions never wait on each other in a circle.
-SELECT pg_advisory_xact_lock(s.k) FROM (
+-- before any job row, so two transactions never wait on each other in a circle. The
+-- count runs over the ordered keys and comes back as one row, not one per lock.
+SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(t.n || '/' || t.l, 11) AS k
     FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
     ORDER BY k) s;
 
 -- name: lane_lock_jobs
 -- The same, for the lanes of jobs about to finish (a job's lane never changes).
-SELECT pg_advisory_xact_lock(s.k) FROM (
+SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(namespace || '/' || lane, 11) AS k
     FROM ferryq_jobs WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL
     ORDER BY k) s;
@@ -314,7 +315,8 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 -- behind an unstarted one gets that job's order time (and due time, when later than
 -- now and its own), so start order stays id order. Up to :budget lanes with nothing
 -- unstarted ahead hand their next job, if due and in one of :take_queues, straight
--- to :worker ('take': admitted and claimed in one write). The last rows wake workers.
+-- to :worker ('take': admitted and claimed in one write). The last rows wake workers
+-- and, with :notify_done, result waiters.
 WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
 ), l AS (
@@ -392,7 +394,10 @@ SELECT 'rest', {claim_nulls_but_lane} FROM l WHERE halted OR held > k
 UNION ALL
 SELECT pg_notify('ferryq_jobs', q.queue)::text, {claim_nulls_but_lane}
 FROM (SELECT DISTINCT queue, NULL::text AS n, NULL::text AS l
-      FROM admitted WHERE state = 'ready') q;
+      FROM admitted WHERE state = 'ready') q
+UNION ALL  -- and, for finishes that settle here, the sign to result waiters
+SELECT pg_notify('ferryq_done', '')::text, {claim_nulls_but_lane}
+FROM (SELECT NULL::text AS n, NULL::text AS l) d WHERE :notify_done;
 
 -- name: lane_apply
 -- Admit and demote as planned (ferryq/lanes.py); wake workers for what became ready.

@@ -653,22 +653,23 @@ async def _finish_many(
             continue
         name, params = requeue_statement(finish)
         ended.accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
+    done = set(ended.accepted)
+    notify = bool(to_history and done)
     taken: list[Claimed] = []
     if ended.lanes:
         ended_at = max(f.finished_at for f in finishes)
         taken = await lanes.settle(run, ended.lanes, ended_at, ended.dead, locked=locked,
-                                   taker=taker)  # fmt: skip
+                                   taker=taker, notify_done=notify)  # fmt: skip
+    elif notify:
+        await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     if taker is not None and taker.budget > 0:
         # No lock is waited for: the claim skips rows others hold.
         taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
                                     taker.worker, now)  # fmt: skip
-    done = set(ended.accepted)
     stale = [f.id for f in finishes if f.id not in done]
     if stale:
         log.warning("rejected %d stale completion(s) (fencing token no longer current): %s",
                     len(stale), stale[:20])  # fmt: skip
-    if to_history and done:
-        await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 
 
