@@ -131,10 +131,6 @@ class SQLiteStore(base.Store):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB keeps the hot indexes cached
-        # A checkpoint syncs the file twice. Finishes spread over many lanes dirty many
-        # pages per commit, and at the default (1,000 pages) that meant a checkpoint
-        # every few cycles: checkpoint after about 32 MB of WAL instead.
-        conn.execute("PRAGMA wal_autocheckpoint = 8000")
         self._conn = conn
         if migrate:
             self._write(_migrate)
