@@ -293,16 +293,21 @@ SELECT t.n, t.l,
                      '[]')
      FROM ferryq_jobs w
      WHERE w.id = ANY(ARRAY(
-         -- The first waiting jobs up to the limit, one index step at a time.
+         -- The first waiting jobs up to the limit, one index step at a time, in the
+         -- lane index's own order (see lane_settle for why), while still in the lane.
          WITH RECURSIVE steps(id, room) AS (
-             SELECT (SELECT j.id FROM ferryq_jobs j
-                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
-                     ORDER BY j.id LIMIT 1), t.k
+             SELECT (SELECT x.id FROM ferryq_jobs x
+                     WHERE x.namespace = t.n AND x.lane = t.l
+                       AND x.id = (SELECT j.id FROM ferryq_jobs j
+                                   WHERE j.state = 'waiting' AND (j.namespace, j.lane) >= (t.n, t.l)
+                                   ORDER BY j.namespace, j.lane, j.id LIMIT 1)), t.k
              UNION ALL
-             SELECT (SELECT j.id FROM ferryq_jobs j
-                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
-                       AND j.id > s.id
-                     ORDER BY j.id LIMIT 1), s.room - 1
+             SELECT (SELECT x.id FROM ferryq_jobs x
+                     WHERE x.namespace = t.n AND x.lane = t.l
+                       AND x.id = (SELECT j.id FROM ferryq_jobs j
+                                   WHERE j.state = 'waiting'
+                                     AND (j.namespace, j.lane, j.id) > (t.n, t.l, s.id)
+                                   ORDER BY j.namespace, j.lane, j.id LIMIT 1)), s.room - 1
              FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL)
          SELECT id FROM steps WHERE id IS NOT NULL)))::text
 FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
