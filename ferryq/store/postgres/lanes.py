@@ -72,10 +72,12 @@ async def settle(
     *,
     locked: bool = False,
     taker: lanes.Taker | None = None,
+    notify_done: bool = False,
 ) -> list[Claimed]:
     """Bring each lane to what its rule allows: halt it behind a new dead job if its
     policy says so, then demote and admit; return the jobs ``taker`` took.
-    ``locked``: the caller holds the locks.
+    ``locked``: the caller holds the locks. ``notify_done``: send the finished-jobs
+    sign too (a round trip the caller then saves).
 
     One statement settles every lane that needs no step back (``lane_settle``); the
     rare rest (halted, or over a lowered limit) go through :func:`lanes.plan`.
@@ -91,7 +93,7 @@ async def settle(
         "namespaces": [n for n, _ in ordered], "lanes": [lane for _, lane in ordered],
         "now": now, "budget": taker.budget if taker else 0,
         "take_namespace": taker.namespace if taker else "", "worker": taker.worker if taker else "",
-        "take_queues": list(taker.queues) if taker else [],
+        "take_queues": list(taker.queues) if taker else [], "notify_done": notify_done,
     })  # fmt: skip
     taken = [Claimed(*row[1:]) for row in rows if row[0] == "take"]
     if taker:

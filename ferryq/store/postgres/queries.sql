@@ -236,15 +236,16 @@ DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
 
 -- name: lane_lock
 -- Serialises the decisions about a lane (released at commit). Taken in key order, and
--- before any job row, so two transactions never wait on each other in a circle.
-SELECT pg_advisory_xact_lock(s.k) FROM (
+-- before any job row, so two transactions never wait on each other in a circle. The
+-- count runs over the ordered keys and comes back as one row, not one per lock.
+SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(t.n || '/' || t.l, 11) AS k
     FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
     ORDER BY k) s;
 
 -- name: lane_lock_jobs
 -- The same, for the lanes of jobs about to finish (a job's lane never changes).
-SELECT pg_advisory_xact_lock(s.k) FROM (
+SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(namespace || '/' || lane, 11) AS k
     FROM ferryq_jobs WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL
     ORDER BY k) s;
@@ -292,16 +293,21 @@ SELECT t.n, t.l,
                      '[]')
      FROM ferryq_jobs w
      WHERE w.id = ANY(ARRAY(
-         -- The first waiting jobs up to the limit, one index step at a time.
+         -- The first waiting jobs up to the limit, one index step at a time, in the
+         -- lane index's own order (see lane_settle for why), while still in the lane.
          WITH RECURSIVE steps(id, room) AS (
-             SELECT (SELECT j.id FROM ferryq_jobs j
-                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
-                     ORDER BY j.id LIMIT 1), t.k
+             SELECT (SELECT x.id FROM ferryq_jobs x
+                     WHERE x.namespace = t.n AND x.lane = t.l
+                       AND x.id = (SELECT j.id FROM ferryq_jobs j
+                                   WHERE j.state = 'waiting' AND (j.namespace, j.lane) >= (t.n, t.l)
+                                   ORDER BY j.namespace, j.lane, j.id LIMIT 1)), t.k
              UNION ALL
-             SELECT (SELECT j.id FROM ferryq_jobs j
-                     WHERE j.namespace = t.n AND j.lane = t.l AND j.state = 'waiting'
-                       AND j.id > s.id
-                     ORDER BY j.id LIMIT 1), s.room - 1
+             SELECT (SELECT x.id FROM ferryq_jobs x
+                     WHERE x.namespace = t.n AND x.lane = t.l
+                       AND x.id = (SELECT j.id FROM ferryq_jobs j
+                                   WHERE j.state = 'waiting'
+                                     AND (j.namespace, j.lane, j.id) > (t.n, t.l, s.id)
+                                   ORDER BY j.namespace, j.lane, j.id LIMIT 1)), s.room - 1
              FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL)
          SELECT id FROM steps WHERE id IS NOT NULL)))::text
 FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
@@ -314,7 +320,8 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 -- behind an unstarted one gets that job's order time (and due time, when later than
 -- now and its own), so start order stays id order. Up to :budget lanes with nothing
 -- unstarted ahead hand their next job, if due and in one of :take_queues, straight
--- to :worker ('take': admitted and claimed in one write). The last rows wake workers.
+-- to :worker ('take': admitted and claimed in one write). The last rows wake workers
+-- and, with :notify_done, result waiters.
 WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
 ), l AS (
@@ -336,40 +343,43 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
                 AS floor_due
         FROM ferryq_jobs j
         WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
-), steps(n, l, id, room) AS (
-    -- The first waiting jobs of each lane with room, one index step at a time: a
-    -- LIMIT of the room itself would be unknown to the planner, which could then
-    -- read a long lane whole.
-    SELECT l.n, l.l, (SELECT j.id FROM ferryq_jobs j
-                      WHERE j.namespace = l.n AND j.lane = l.l AND j.state = 'waiting'
-                      ORDER BY j.id LIMIT 1), l.k - l.held
-    FROM l WHERE NOT l.halted AND l.held < l.k
-    UNION ALL
-    SELECT s.n, s.l, (SELECT j.id FROM ferryq_jobs j
-                      WHERE j.namespace = s.n AND j.lane = s.l AND j.state = 'waiting'
-                        AND j.id > s.id
-                      ORDER BY j.id LIMIT 1), s.room - 1
-    FROM steps s WHERE s.room > 1 AND s.id IS NOT NULL
-), picked AS (
-    SELECT w.id, w.run_at, w.queue, w.expires_at, l.n,
-        row_number() OVER lane = 1 AND l.floor_order IS NULL AS first_free,
-        greatest(l.floor_order, max(w.order_time) OVER lane) AS order_time,
-        greatest(l.floor_due,
-                 max(w.run_at) OVER (lane ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-            AS floor_due
-    FROM steps s
-    JOIN l ON l.n = s.n AND l.l = s.l
-    CROSS JOIN LATERAL (
+), steps(n, l, id, room, order_time, floor_due, first_free, run_at, queue, expires_at) AS (
+    -- The first waiting jobs of each lane with room, one index step at a time (a
+    -- LIMIT of the room itself would be unknown to the planner, which could then read
+    -- a long lane whole), carrying along the floors the jobs before it set: its order
+    -- time at least theirs, its due time at least theirs. Carried, not windowed: a
+    -- window partition per lane costs more than the steps themselves.
+    -- Each step asks for the next entry in the order of ferryq_jobs_lane_waiting itself
+    -- (namespace, lane, id) and checks it is still the lane's: asked for the lane's
+    -- smallest id instead, the planner may walk the primary key in id order (one lane
+    -- looks like half the table to it), through every job of a long lane.
+    SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
+        l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
+    FROM l CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
-        WHERE j.id = s.id) w
-    WINDOW lane AS (PARTITION BY l.n, l.l ORDER BY w.id)
+        WHERE j.id = (SELECT f.id FROM ferryq_jobs f
+                      WHERE f.state = 'waiting' AND (f.namespace, f.lane) >= (l.n, l.l)
+                      ORDER BY f.namespace, f.lane, f.id LIMIT 1)
+          AND j.namespace = l.n AND j.lane = l.l) w
+    WHERE NOT l.halted AND l.held < l.k
+    UNION ALL
+    SELECT s.n, s.l, w.id, s.room - 1, greatest(s.order_time, w.order_time),
+        greatest(s.floor_due, s.run_at), false, w.run_at, w.queue, w.expires_at
+    FROM steps s CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
+        WHERE j.id = (SELECT f.id FROM ferryq_jobs f
+                      WHERE f.state = 'waiting'
+                        AND (f.namespace, f.lane, f.id) > (s.n, s.l, s.id)
+                      ORDER BY f.namespace, f.lane, f.id LIMIT 1)
+          AND j.namespace = s.n AND j.lane = s.l) w
+    WHERE s.room > 1
 ), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
             AS run_at,
         first_free AND n = :take_namespace AND queue = ANY(:take_queues::text[])
             AND (expires_at IS NULL OR expires_at > :now) AS takeable
-    FROM picked
+    FROM steps
 ), planned AS (
     SELECT id, order_time, run_at,
         takeable AND run_at <= :now
@@ -387,7 +397,9 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         lease_until = CASE WHEN p.take THEN :now + j.ttr ELSE j.lease_until END,
         worker = CASE WHEN p.take THEN :worker ELSE j.worker END
     FROM planned p
-    WHERE j.id = p.id  -- waiting: under the lane's lock nothing else moves a waiting job
+    -- waiting: under the lane's lock nothing else moves a waiting job. The ANY keeps
+    -- the update to primary-key lookups whatever the planner guesses of the steps.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM planned)) AND j.id = p.id
     RETURNING p.take, j.state, {claim_columns}
 )
 SELECT 'take', {claim_of_a} FROM admitted a WHERE a.take
@@ -396,7 +408,10 @@ SELECT 'rest', {claim_nulls_but_lane} FROM l WHERE halted OR held > k
 UNION ALL
 SELECT pg_notify('ferryq_jobs', q.queue)::text, {claim_nulls_but_lane}
 FROM (SELECT DISTINCT queue, NULL::text AS n, NULL::text AS l
-      FROM admitted WHERE state = 'ready') q;
+      FROM admitted WHERE state = 'ready') q
+UNION ALL  -- and, for finishes that settle here, the sign to result waiters
+SELECT pg_notify('ferryq_done', '')::text, {claim_nulls_but_lane}
+FROM (SELECT NULL::text AS n, NULL::text AS l) d WHERE :notify_done;
 
 -- name: lane_apply
 -- Admit and demote as planned (ferryq/lanes.py); wake workers for what became ready.

@@ -240,9 +240,9 @@ class PostgresStore(base.Store):
         return (await self._finish(finishes, None))[0]
 
     async def _finish(
-        self, finishes: Sequence[Finish], taker: Taker | None
+        self, finishes: Sequence[Finish], taker: Taker | None, now: float = 0.0
     ) -> tuple[FinishReport, list[Claimed]]:
-        return await self._session(lambda conn: _finish_many(conn, finishes, taker))
+        return await self._session(lambda conn: _finish_many(conn, finishes, taker, now))
 
     async def job_finish_and_claim(
         self,
@@ -260,13 +260,14 @@ class PostgresStore(base.Store):
         if not finishes:
             return FinishReport([], []), await self._claim(namespace, queues, limit, worker, now)
         # A lane freed by one of these finishes hands its next job to this worker; the
-        # slots kept for that are claimed for afterwards if the lanes had less to give.
+        # slots kept for that are claimed for in the same transaction if the lanes had
+        # less to give.
         freeing = sum(1 for f in finishes if f.lane is not None and f.kind in _TO_HISTORY)
         taker = Taker(namespace, queues, worker, min(limit, freeing))
         # Two connections at once: the server finishes one batch while it claims the next.
         # Both run to their end before any failure is raised, so none is left in flight.
         finished, claimed = await asyncio.gather(
-            self._finish(finishes, taker),
+            self._finish(finishes, taker, now),
             self._claim(namespace, queues, limit - taker.budget, worker, now),
             return_exceptions=True,
         )
@@ -275,8 +276,6 @@ class PostgresStore(base.Store):
         if isinstance(claimed, BaseException):
             raise claimed
         report, taken = finished
-        if taker.budget > 0:
-            claimed += await self._claim(namespace, queues, taker.budget, worker, now)
         return report, taken + claimed
 
     async def _claim(
@@ -700,6 +699,14 @@ async def _claim(
     conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
 ) -> list[Claimed]:
     await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+    if limit <= 0:  # freed lanes may take every slot: promoting is all there is to do
+        return []
+    return await _claim_ready(conn, namespace, queues, limit, worker, now)
+
+
+async def _claim_ready(
+    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
+) -> list[Claimed]:
     params = {"namespace": namespace, "limit": limit, "now": now, "worker": worker}
     if len(queues) == 1:
         rows = await _run(conn, Q["job_claim_queue"], queue=queues[0], **params)
@@ -709,8 +716,10 @@ async def _claim(
 
 
 async def _finish_many(
-    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None
+    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None, now: float = 0.0
 ) -> tuple[FinishReport, list[Claimed]]:
+    """Write ``finishes``; what freed lanes hand to ``taker``, and the ready jobs that
+    make up the rest of its budget (claimed at ``now``), come back as claimed."""
     run = _runner(conn)
     # Lanes first, rows after: the worker names each finish's lane, so the locks of
     # every lane in the batch can be taken before any row.
@@ -740,18 +749,23 @@ async def _finish_many(
             continue
         name, params = requeue_statement(finish)
         ended.accepted.extend(r[0] for r in await _run(conn, Q[name], **params))
-    if ended.lanes:
-        now = max(f.finished_at for f in finishes)
-        taken = await lanes.settle(run, ended.lanes, now, ended.dead, locked=locked, taker=taker)
-    else:
-        taken = []
     done = set(ended.accepted)
+    notify = bool(to_history and done)
+    taken: list[Claimed] = []
+    if ended.lanes:
+        ended_at = max(f.finished_at for f in finishes)
+        taken = await lanes.settle(run, ended.lanes, ended_at, ended.dead, locked=locked,
+                                   taker=taker, notify_done=notify)  # fmt: skip
+    elif notify:
+        await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
+    if taker is not None and taker.budget > 0:
+        # No lock is waited for: the claim skips rows others hold.
+        taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
+                                    taker.worker, now)  # fmt: skip
     stale = [f.id for f in finishes if f.id not in done]
     if stale:
         log.warning("rejected %d stale completion(s) (fencing token no longer current): %s",
                     len(stale), stale[:20])  # fmt: skip
-    if to_history and done:
-        await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 
 

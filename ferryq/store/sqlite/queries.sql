@@ -290,18 +290,23 @@ SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespa
 ORDER BY halted_at;
 
 -- name: lane_glance
--- For each lane of :lanes ([[namespace, lane], ...]): [jobs it holds, of which not
--- started], whether it is halted, and its first waiting job as [id, run_at, queue,
--- expires_at]. Index seeks only, however long the lane.
-SELECT l.value ->> 0, l.value ->> 1,
-    (SELECT json_array(count(*), count(*) - count(h.claimed_at)) FROM ferryq_jobs h
-     WHERE h.namespace = l.value ->> 0 AND h.lane = l.value ->> 1 AND h.state <> 'waiting'),
-    EXISTS (SELECT 1 FROM ferryq_lane_halts x
-            WHERE x.namespace = l.value ->> 0 AND x.lane = l.value ->> 1),
-    (SELECT json_array(w.id, w.run_at, w.queue, w.expires_at) FROM ferryq_jobs w
-     WHERE w.namespace = l.value ->> 0 AND w.lane = l.value ->> 1 AND w.state = 'waiting'
-     ORDER BY w.id LIMIT 1)
-FROM json_each(:lanes) AS l;
+-- For each lane of :namespace named in :lanes (a JSON array of names): the jobs it
+-- holds, of which not started, whether it is halted, and its first waiting job (id,
+-- run_at, queue, expires_at; NULLs if none). Plain columns, so nothing is decoded
+-- twice; index seeks only, however long the lane.
+SELECT l.value,
+    (SELECT count(*) FROM ferryq_jobs h
+     WHERE h.namespace = :namespace AND h.lane = l.value AND h.state <> 'waiting'),
+    (SELECT count(*) FROM ferryq_jobs h
+     WHERE h.namespace = :namespace AND h.lane = l.value AND h.state <> 'waiting'
+       AND h.claimed_at IS NULL),
+    EXISTS (SELECT 1 FROM ferryq_lane_halts x WHERE x.namespace = :namespace AND x.lane = l.value),
+    w.id, w.run_at, w.queue, w.expires_at
+FROM json_each(:lanes) AS l
+LEFT JOIN ferryq_jobs AS w ON w.id = (
+    SELECT f.id FROM ferryq_jobs f
+    WHERE f.namespace = :namespace AND f.lane = l.value AND f.state = 'waiting'
+    ORDER BY f.id LIMIT 1);
 
 -- name: lane_admit_due
 -- Admit lanes' next jobs that need no floor (nothing unstarted ahead of them).

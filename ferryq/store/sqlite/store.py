@@ -657,7 +657,7 @@ def _finish_many(
     accepted: list[int] = []
     stale: list[int] = []
     in_lanes: dict[int, tuple[str, str]] = {}  # the jobs that left a lane's hold
-    to_history = [f for f in finishes if f.kind in _TO_HISTORY]
+    to_history = sorted((f for f in finishes if f.kind in _TO_HISTORY), key=_by_id)
     if to_history:
         batch = json.dumps([_history_row(f) for f in to_history])
         conn.execute("SAVEPOINT batch")
@@ -794,22 +794,7 @@ def _settle(
         if ids and rule(namespace, lane).on_dead == "halt":
             params = {"namespace": namespace, "lane": lane, "job_id": min(ids), "now": now}
             conn.execute(Q["lane_halt"], params)
-    admit: list[int] = []
-    take: list[int] = []
-    rest: list[tuple[str, str]] = []
-    glance = conn.execute(Q["lane_glance"], {"lanes": json.dumps(sorted(keys))}).fetchall()
-    for namespace, lane, holding, halted, first in glance:
-        held, unstarted = json.loads(holding)
-        room = rule(namespace, lane).limit - held
-        if halted or room < 0 or (room > 1 and first is not None) or (room and unstarted):
-            rest.append((namespace, lane))
-        elif room and first is not None:
-            job_id, run_at, queue, expires_at = json.loads(first)
-            if taker and run_at <= now and taker.takes(namespace, queue, expires_at, now):
-                take.append(job_id)
-                taker.budget -= 1
-            else:
-                admit.append(job_id)
+    admit, take, rest = _glance(conn, keys, rule, now, taker)
     if admit:
         conn.execute(Q["lane_admit_due"], {"ids": json.dumps(admit), "now": now})
     for namespace, lane in rest:
@@ -819,6 +804,38 @@ def _settle(
     assert taker is not None
     params = {"ids": json.dumps(take), "now": now, "worker": taker.worker}
     return [Claimed(*row) for row in conn.execute(Q["lane_take"], params)]
+
+
+def _glance(
+    conn: sqlite3.Connection,
+    keys: set[tuple[str, str]],
+    rule: _RuleBook,
+    now: float,
+    taker: lanes.Taker | None,
+) -> tuple[list[int], list[int], list[tuple[str, str]]]:
+    """Sort the lanes: the ids to admit, the ids ``taker`` takes (its budget spent
+    accordingly), and the lanes left for ``lanes.plan``."""
+    admit: list[int] = []
+    take: list[int] = []
+    rest: list[tuple[str, str]] = []
+    by_namespace: dict[str, list[str]] = {}
+    for namespace, lane in sorted(keys):
+        by_namespace.setdefault(namespace, []).append(lane)
+    for namespace, names in by_namespace.items():
+        params = {"namespace": namespace, "lanes": json.dumps(names)}
+        for lane, held, unstarted, halted, first, run_at, queue, expires_at in conn.execute(
+            Q["lane_glance"], params
+        ):
+            room = rule(namespace, lane).limit - held
+            if halted or room < 0 or (room > 1 and first is not None) or (room and unstarted):
+                rest.append((namespace, lane))
+            elif room and first is not None:
+                if taker and run_at <= now and taker.takes(namespace, queue, expires_at, now):
+                    take.append(first)
+                    taker.budget -= 1
+                else:
+                    admit.append(first)
+    return admit, take, rest
 
 
 class _RuleBook:
@@ -899,3 +916,7 @@ def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
 def _list(conn: sqlite3.Connection, where: JobFilter) -> list[Job]:
     sql, params = list_query(where)
     return [job_from_row(row) for row in conn.execute(sql, params)]
+
+
+def _by_id(finish: Finish) -> int:
+    return finish.id
