@@ -30,6 +30,12 @@ CLAIM_COLUMNS = (
     "created_at", "expires_at", "lane",
 )  # fmt: skip
 
+# In the order of the fields of base.Token, so a row is Token(*row).
+TOKEN_COLUMNS = (
+    "namespace", "digest", "description", "hint", "created_at", "limit_read", "limit_write",
+    "limit_interval",
+)  # fmt: skip
+
 _JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
 
 

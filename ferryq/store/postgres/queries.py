@@ -10,6 +10,7 @@ from typing import Any
 from ferryq.store.sql import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,
+    TOKEN_COLUMNS,
     load_migrations,
     load_statements,
     select_list,
@@ -54,6 +55,7 @@ _FILL = {
     "history_terminal_columns": select_list(_TERMINAL),
     "history_expired_columns": select_list(_EXPIRED),
     "respawn_columns": select_list(_RESPAWN),
+    "token_columns": ", ".join(TOKEN_COLUMNS),
 }
 
 # A named parameter: a colon not part of a "::" cast, then a name.

@@ -459,3 +459,30 @@ LIMIT :limit;
 -- name: lane_halts
 SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
 ORDER BY halted_at;
+
+-- name: token_create
+INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,
+    limit_write, limit_interval)
+VALUES (:namespace, :digest, :description, :hint, :created_at, :limit_read, :limit_write,
+    :limit_interval)
+ON CONFLICT (digest) DO NOTHING
+RETURNING digest;
+
+-- name: token_get
+SELECT {token_columns} FROM ferryq_tokens WHERE digest = :digest;
+
+-- name: token_list
+SELECT {token_columns} FROM ferryq_tokens WHERE namespace = :namespace
+ORDER BY created_at, digest;
+
+-- name: token_list_all
+SELECT {token_columns} FROM ferryq_tokens ORDER BY created_at, digest;
+
+-- name: token_delete
+DELETE FROM ferryq_tokens WHERE namespace = :namespace AND digest = :digest RETURNING digest;
+
+-- name: token_limit_set
+UPDATE ferryq_tokens
+SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
+WHERE digest = :digest
+RETURNING digest;

@@ -36,6 +36,7 @@ from ferryq.store.base import (
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.sql import (
+    TOKEN_COLUMNS,
     held_leases,
     job_from_row,
     list_query,
@@ -370,6 +371,35 @@ class PostgresStore(base.Store):
         ids = list(job_ids)
         return await self._session(purge)
 
+    # -- tokens ------------------------------------------------------------------
+
+    async def token_create(self, token: base.Token) -> bool:
+        params = {column: getattr(token, column) for column in TOKEN_COLUMNS}
+        # Not repeated after a connection lost half-way: it would then find its own row.
+        return await self._session(
+            lambda conn: _returns_a_row(conn, "token_create", params),
+            transaction=False, idempotent=False,
+        )  # fmt: skip
+
+    async def token_get(self, digest: str) -> base.Token | None:
+        rows = await self._fetch("token_get", digest=digest)
+        return base.Token(*rows[0]) if rows else None
+
+    async def token_list(self, namespace: str | None) -> list[base.Token]:
+        if namespace is None:
+            return [base.Token(*row) for row in await self._fetch("token_list_all")]
+        return [base.Token(*row) for row in await self._fetch("token_list", namespace=namespace)]
+
+    async def token_delete(self, namespace: str, digest: str) -> bool:
+        return bool(await self._fetch("token_delete", namespace=namespace, digest=digest))
+
+    async def token_limit_set(
+        self, digest: str, read: int | None, write: int | None, interval: float | None
+    ) -> bool:
+        rows = await self._fetch("token_limit_set", digest=digest, limit_read=read,
+                                 limit_write=write, limit_interval=interval)  # fmt: skip
+        return bool(rows)
+
     # -- lanes -------------------------------------------------------------------
 
     async def lane_rules(self, namespace: str) -> list[LaneRule]:
@@ -501,6 +531,7 @@ class PostgresStore(base.Store):
             queues=json.dumps(worker.queues), host=worker.host, pid=worker.pid,
             concurrency=worker.concurrency, started_at=worker.started_at,
             heartbeat_at=worker.heartbeat_at, running=json.dumps(worker.running),
+            stats=json.dumps(worker.stats),
         )  # fmt: skip
 
     async def worker_remove(self, worker_id: str) -> None:
@@ -510,7 +541,8 @@ class PostgresStore(base.Store):
         rows = await self._fetch("worker_list", since=alive_since or 0.0)
         return [
             WorkerInfo(
-                r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], running=json.loads(r[8])
+                r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7],
+                running=json.loads(r[8]), stats=json.loads(r[9]),
             )
             for r in rows
         ]
@@ -694,6 +726,10 @@ async def _cancel(conn: Conn, job_id: int, now: float) -> Job:
     found = await _get(conn, job_id)
     assert found is not None
     return found
+
+
+async def _returns_a_row(conn: Conn, name: str, params: dict[str, Any]) -> bool:
+    return bool(await _run(conn, Q[name], **params))
 
 
 async def _matching(conn: Conn, namespace: str, pattern: str) -> set[lanes.Key]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ferryq.store.sql import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,
+    TOKEN_COLUMNS,
     load_migrations,
     load_statements,
     select_list,
@@ -44,6 +45,7 @@ _FILL = {
     "history_batch_columns": select_list(_BATCH),
     "history_terminal_columns": select_list(_TERMINAL),
     "respawn_columns": select_list(_RESPAWN),
+    "token_columns": ", ".join(TOKEN_COLUMNS),
 }
 
 Q = load_statements("ferryq.store.sqlite", _FILL)

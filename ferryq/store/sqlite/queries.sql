@@ -316,3 +316,30 @@ SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = 
     started_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
+
+-- name: token_create
+INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,
+    limit_write, limit_interval)
+VALUES (:namespace, :digest, :description, :hint, :created_at, :limit_read, :limit_write,
+    :limit_interval)
+ON CONFLICT (digest) DO NOTHING
+RETURNING digest;
+
+-- name: token_get
+SELECT {token_columns} FROM ferryq_tokens WHERE digest = :digest;
+
+-- name: token_list
+SELECT {token_columns} FROM ferryq_tokens WHERE namespace = :namespace
+ORDER BY created_at, digest;
+
+-- name: token_list_all
+SELECT {token_columns} FROM ferryq_tokens ORDER BY created_at, digest;
+
+-- name: token_delete
+DELETE FROM ferryq_tokens WHERE namespace = :namespace AND digest = :digest RETURNING digest;
+
+-- name: token_limit_set
+UPDATE ferryq_tokens
+SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
+WHERE digest = :digest
+RETURNING digest;

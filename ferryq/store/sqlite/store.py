@@ -38,6 +38,7 @@ from ferryq.store.base import (
     WorkerInfo,
 )
 from ferryq.store.sql import (
+    TOKEN_COLUMNS,
     held_leases,
     job_from_row,
     list_query,
@@ -317,6 +318,44 @@ class SQLiteStore(base.Store):
 
         return await self._call(self._read, counts)
 
+    # -- tokens ------------------------------------------------------------------
+
+    async def token_create(self, token: base.Token) -> bool:
+        params = {column: getattr(token, column) for column in TOKEN_COLUMNS}
+        return await self._writes_a_row("token_create", params)
+
+    async def token_get(self, digest: str) -> base.Token | None:
+        def get(conn: sqlite3.Connection) -> base.Token | None:
+            row = conn.execute(Q["token_get"], {"digest": digest}).fetchone()
+            return None if row is None else base.Token(*row)
+
+        return await self._call(self._read, get)
+
+    async def token_list(self, namespace: str | None) -> list[base.Token]:
+        name = "token_list_all" if namespace is None else "token_list"
+
+        def listing(conn: sqlite3.Connection) -> list[base.Token]:
+            return [base.Token(*row) for row in conn.execute(Q[name], {"namespace": namespace})]
+
+        return await self._call(self._read, listing)
+
+    async def token_delete(self, namespace: str, digest: str) -> bool:
+        params = {"namespace": namespace, "digest": digest}
+        return await self._writes_a_row("token_delete", params)
+
+    async def token_limit_set(
+        self, digest: str, read: int | None, write: int | None, interval: float | None
+    ) -> bool:
+        params = {"digest": digest, "limit_read": read, "limit_write": write,
+                  "limit_interval": interval}  # fmt: skip
+        return await self._writes_a_row("token_limit_set", params)
+
+    async def _writes_a_row(self, statement: str, params: dict[str, Any]) -> bool:
+        """Run a write that returns a row when it changed something."""
+        return await self._call(
+            self._write, lambda conn: bool(conn.execute(Q[statement], params).fetchall())
+        )
+
     # -- lanes -------------------------------------------------------------------
 
     async def lane_rules(self, namespace: str) -> list[LaneRule]:
@@ -420,7 +459,7 @@ class SQLiteStore(base.Store):
             "id": worker.id, "namespace": worker.namespace, "queues": json.dumps(worker.queues),
             "host": worker.host, "pid": worker.pid, "concurrency": worker.concurrency,
             "started_at": worker.started_at, "heartbeat_at": worker.heartbeat_at,
-            "running": json.dumps(worker.running),
+            "running": json.dumps(worker.running), "stats": json.dumps(worker.stats),
         }  # fmt: skip
         await self._call(self._write, lambda conn: conn.execute(Q["worker_beat"], params))
 
@@ -434,7 +473,8 @@ class SQLiteStore(base.Store):
             rows = conn.execute(Q["worker_list"], {"since": alive_since or 0.0})
             return [
                 WorkerInfo(
-                    r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], json.loads(r[8])
+                    r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], json.loads(r[8]),
+                    json.loads(r[9]),
                 )
                 for r in rows
             ]
