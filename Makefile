@@ -8,6 +8,7 @@ demo:
 test:
 	@scripts/venv.sh test
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-chromium.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy

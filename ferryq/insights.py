@@ -12,6 +12,9 @@ from ferryq.store.base import Store, WorkerInfo
 
 #: A worker whose last heartbeat is older than this is not counted as live.
 WORKER_ALIVE_SECONDS = 15.0
+#: The task of jobs published through the lmstfy-compatible API: HTTP clients consume
+#: them, not Python workers.
+HTTP_TASK = "lmstfy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +129,20 @@ def _explain_not_due(job: Job) -> Explanation:
 
 
 async def _explain_ready(store: Store, job: Job, now: float) -> Explanation:
+    state = "ready" if job.state == State.READY else f"due since {when(job.run_at)}"
+    if job.task == HTTP_TASK:
+        return _say(job, "ready",
+                    f"{state}; waiting for an HTTP consumer of queue {job.queue!r} "
+                    f"in namespace {job.namespace!r}", queue=job.queue)  # fmt: skip
     workers = [
         w for w in await store.worker_list(alive_since=now - WORKER_ALIVE_SECONDS)
         if w.namespace == job.namespace and job.queue in w.queues
     ]  # fmt: skip
     if not workers:
-        state = "ready" if job.state == State.READY else f"due since {when(job.run_at)}"
         return _say(job, "no_worker",
                     f"{state}, but no live worker consumes queue {job.queue!r} "
                     f"in namespace {job.namespace!r}", queue=job.queue)  # fmt: skip
     names = [w.id for w in workers]
-    state = "ready" if job.state == State.READY else f"due since {when(job.run_at)}"
     return _say(job, "ready",
                 f"{state}; waiting for a free slot among {len(workers)} worker(s) on queue "
                 f"{job.queue!r}", workers=names)  # fmt: skip

@@ -57,6 +57,7 @@ class Event(enum.StrEnum):
     ADMIT_DELAYED = "its lane has room (not due, or behind a job not due)"
     STEP_BACK = "not started, and its lane's limit lowered or the lane halted"
     RESPAWN_IN_LANE = "respawn into a lane that is full"
+    ACK = "acknowledged over HTTP (lmstfy's delete)"
 
 
 S, E = State, Event
@@ -95,6 +96,12 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.WAITING, E.CANCEL): S.CANCELLED,
     (S.WAITING, E.EXPIRE): S.EXPIRED,
     (S.DEAD, E.RESPAWN_IN_LANE): S.WAITING,
+    # An HTTP consumer acks by id, with no fencing token, and lmstfy lets any job of
+    # the queue be deleted: whatever is unfinished ends as done.
+    (S.RUNNING, E.ACK): S.SUCCEEDED,
+    (S.READY, E.ACK): S.SUCCEEDED,
+    (S.SCHEDULED, E.ACK): S.SUCCEEDED,
+    (S.WAITING, E.ACK): S.SUCCEEDED,
 }
 
 

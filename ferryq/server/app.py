@@ -17,12 +17,13 @@ from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 import ferryq
 from ferryq.app import App
+from ferryq.dashboard import build_dashboard
 from ferryq.errors import ConfigurationError
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
@@ -57,8 +58,12 @@ class ServerConfig:
             )
 
 
-def build_api(engine: Engine) -> ASGIApp:
-    """The API port: lmstfy routes, the native API, metrics and health."""
+def build_api(engine: Engine, admin_credential: str | None = None) -> ASGIApp:
+    """The API port: lmstfy routes, the native API, metrics, health and the dashboard.
+
+    The dashboard lives under ``/ui`` (``/`` leads there); the admin credential lets
+    the operator sign in to it.
+    """
     api = FastAPI(
         title="ferryq", version=ferryq.__version__, docs_url=None, redoc_url=None,
         openapi_url="/openapi.json",
@@ -68,6 +73,8 @@ def build_api(engine: Engine) -> ASGIApp:
     api.include_router(native_router(engine))
     api.router.routes.append(Route("/healthz", _healthz, methods=["GET"]))
     api.router.routes.append(Route("/metrics", metrics_endpoint(engine), methods=["GET"]))
+    api.router.routes.append(Route("/", _to_dashboard, methods=["GET"]))
+    api.router.routes.append(Mount("/ui", build_dashboard(engine, admin_credential)))
     return RequestIds(RequestMetrics(api, "api"))
 
 
@@ -79,6 +86,10 @@ def build_admin(engine: Engine, credential: str | None) -> ASGIApp:
     if credential is not None:
         admin = BasicAuth(admin, credential)
     return RequestIds(RequestMetrics(admin, "admin"))
+
+
+async def _to_dashboard(request: Request) -> Response:
+    return RedirectResponse("/ui/", status_code=303)
 
 
 async def _healthz(request: Request) -> Response:
@@ -99,7 +110,10 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
     sockets = [_bind(config.host, config.port), _bind(config.admin_host, config.admin_port)]
     engine = Engine(App(config.url))
     await engine.start()
-    apps = [build_api(engine), build_admin(engine, config.admin_credential)]
+    apps = [
+        build_api(engine, config.admin_credential),
+        build_admin(engine, config.admin_credential),
+    ]
     servers = [
         _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                timeout_graceful_shutdown=5))
@@ -134,7 +148,10 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say
+    # they are TCP, and accepted sockets inherit this one's protocol. With Nagle on, a
+    # response written in two parts waits 40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

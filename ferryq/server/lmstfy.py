@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ferryq import backoff, metrics
+from ferryq.insights import HTTP_TASK
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
 from ferryq.server import http
@@ -28,7 +29,7 @@ from ferryq.server.http import NO_CONTENT, RequestTooLarge, error, parse_uint
 from ferryq.server.tokens import POOL, split_pool
 from ferryq.store.base import Token
 
-TASK = "lmstfy"
+TASK = HTTP_TASK
 DEFAULT_TTL = 86400
 DEFAULT_TRIES = 1
 DEFAULT_TTR = 120

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.store.base import Finish, JobFilter, Leases
+from ferryq.store.base import Finish, JobFilter, Leases, WorkerInfo
 
 JOB_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
@@ -153,3 +153,19 @@ def job_from_row(row: Sequence[Any]) -> Job:
     values["stages"] = values["stages"] or []
     values["meta"] = values["meta"] or {}
     return Job(**values)
+
+
+def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
+    """A ``worker_list`` row as a WorkerInfo."""
+    return WorkerInfo(
+        id=row[0],
+        namespace=row[1],
+        queues=json.loads(row[2]),
+        host=row[3],
+        pid=row[4],
+        concurrency=row[5],
+        started_at=row[6],
+        heartbeat_at=row[7],
+        running=json.loads(row[8]),
+        stats=json.loads(row[9]),
+    )

@@ -117,6 +117,12 @@ async def _stepped_back(store: Store, **fields: Any) -> int:
     return job_id
 
 
+async def _acked(store: Store, make: Scenario) -> int:
+    job_id = await make(store)
+    assert await store.job_ack(NS, "default", [job_id], NOW) == [job_id]
+    return job_id
+
+
 async def _respawned_behind(store: Store) -> int:
     await store.lane_rule_set(NS, LaneRule("L", 1, "continue"), NOW)
     dead = await _running(store, lane="L", max_tries=1)
@@ -165,6 +171,10 @@ SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (S.WAITING, E.CANCEL): lambda s: _cancelled_behind(s),
     (S.WAITING, E.EXPIRE): lambda s: _expired_behind(s),
     (S.DEAD, E.RESPAWN_IN_LANE): _respawned_behind,
+    (S.RUNNING, E.ACK): lambda s: _acked(s, _running),
+    (S.READY, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW)),
+    (S.SCHEDULED, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW, delay=5.0)),
+    (S.WAITING, E.ACK): lambda s: _acked(s, _behind),
 }
 
 

@@ -218,17 +218,17 @@ SELECT pg_advisory_unlock(hashtextextended('ferryq:leader:' || :name, 7));
 
 -- name: worker_beat
 INSERT INTO ferryq_workers (id, namespace, queues, host, pid, concurrency, started_at,
-    heartbeat_at, running)
+    heartbeat_at, running, stats)
 VALUES (:id, :namespace, :queues, :host, :pid, :concurrency, :started_at, :heartbeat_at,
-    :running)
+    :running, :stats)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    running = excluded.running;
+    running = excluded.running, stats = excluded.stats;
 
 -- name: worker_remove
 DELETE FROM ferryq_workers WHERE id = :id;
 
 -- name: worker_list
-SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running
+SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running, stats
 FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune
@@ -459,6 +459,80 @@ LIMIT :limit;
 -- name: lane_halts
 SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
 ORDER BY halted_at;
+
+-- name: job_take
+-- job_claim_queue for a consumer over HTTP: the lease is the consumer's ttr, which
+-- becomes the job's own, so lease renewals and explain agree with it. The attempt
+-- starts when it is handed over: no worker will report a start of its own.
+UPDATE ferryq_jobs j
+SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
+    started_at = :now, ttr = :ttr::float8, lease_until = :now::float8 + :ttr::float8,
+    worker = :worker
+WHERE j.id = ANY(ARRAY(
+    SELECT id FROM ferryq_jobs
+    WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+      AND (expires_at IS NULL OR expires_at > :now)
+    ORDER BY order_time, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED))
+RETURNING {job_columns};
+
+-- name: job_ack
+-- An HTTP consumer's acknowledgement has no fence: whatever unfinished state the job
+-- is in, it ends succeeded. Jobs of other queues are left alone. The jobs' lanes are
+-- locked by now.
+WITH moved AS (
+    DELETE FROM ferryq_jobs j
+    WHERE j.id = ANY(:ids::bigint[]) AND j.namespace = :namespace AND j.queue = :queue
+    RETURNING j.*
+)
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns} FROM moved j
+RETURNING id, namespace, lane;
+
+-- name: queue_peek
+-- What job_take would take next (without the promotion of due jobs it does first).
+SELECT {job_columns} FROM ferryq_jobs
+WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY order_time, id
+LIMIT 1;
+
+-- name: queue_size_hot
+-- Every statement is planned for its parameters (force_custom_plan), so the state
+-- picks its partial index.
+SELECT count(*) FROM ferryq_jobs
+WHERE namespace = :namespace AND queue = :queue AND state = :state;
+
+-- name: queue_size_history
+SELECT count(*) FROM ferryq_history
+WHERE namespace = :namespace AND queue = :queue AND state = :state;
+
+-- name: queue_clear_lanes
+-- The lanes that clearing the queue may free, to be locked before any job row.
+SELECT DISTINCT lane FROM ferryq_jobs
+WHERE state = 'ready' AND namespace = :namespace AND queue = :queue AND lane IS NOT NULL;
+
+-- name: queue_clear
+-- Cancels the queue's ready jobs. Their lanes (:lanes) are locked by now; a job that
+-- a claim holds is left to it, and so is one admitted meanwhile into another lane.
+WITH moved AS (
+    DELETE FROM ferryq_jobs j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ferryq_jobs
+                   WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+                     AND (lane IS NULL OR lane = ANY(:lanes::text[]))
+                   FOR UPDATE SKIP LOCKED))
+    RETURNING j.*
+)
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns} FROM moved j
+RETURNING id, namespace, lane;
+
+-- name: dead_oldest
+SELECT id FROM ferryq_history
+WHERE state = 'dead' AND namespace = :namespace AND queue = :queue
+ORDER BY finished_at, id
+LIMIT :limit;
 
 -- name: token_create
 INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,

@@ -42,6 +42,7 @@ from ferryq.store.sql import (
     list_query,
     requeue_statement,
     split_script,
+    worker_from_row,
 )
 
 log = logging.getLogger("ferryq.store.postgres")
@@ -343,13 +344,18 @@ class PostgresStore(base.Store):
         return await self._session(lambda conn: _cancel(conn, job_id, now))
 
     async def job_respawn(
-        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+        self,
+        job_ids: Sequence[int],
+        now: float,
+        expires_at: float | None = None,
+        max_tries: int | None = None,
     ) -> list[int]:
         async def respawn(conn: Conn) -> list[int]:
             run = _runner(conn)
             in_lanes = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_history"], ids=ids)}
             await lanes.lock(run, in_lanes)
-            rows = await _run(conn, Q["job_respawn"], ids=ids, now=now, expires_at=expires_at)
+            rows = await _run(conn, Q["job_respawn"], ids=ids, now=now, expires_at=expires_at,
+                              max_tries=max_tries)  # fmt: skip
             moved = [r[0] for r in rows]
             # A job in a lane comes back waiting, ahead of the later jobs by its id.
             await lanes.settle(run, in_lanes | await lanes.release(run, moved), now)
@@ -370,6 +376,70 @@ class PostgresStore(base.Store):
 
         ids = list(job_ids)
         return await self._session(purge)
+
+    # -- queues as the HTTP API sees them ----------------------------------------
+
+    async def job_take(
+        self, namespace: str, queue: str, limit: int, worker: str, ttr: float, now: float
+    ) -> list[Job]:
+        if limit <= 0:
+            return []
+        if (listener := await self._listening()) is not None:
+            listener.jobs.clear()  # as job_finish_and_claim: what is enqueued next wakes us
+
+        async def take(conn: Conn) -> list[Job]:
+            # Each statement commits by itself, as a claim's do.
+            await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+            rows = await _run(conn, Q["job_take"], namespace=namespace, queue=queue,
+                              limit=limit, worker=worker, ttr=ttr, now=now)  # fmt: skip
+            return sorted(map(job_from_row, rows), key=lambda job: (job.order_time, job.id))
+
+        return await self._session(take, transaction=False)
+
+    async def job_ack(
+        self, namespace: str, queue: str, job_ids: Sequence[int], now: float
+    ) -> list[int]:
+        async def ack(conn: Conn) -> set[int]:
+            run = _runner(conn)
+            await lanes.lock_jobs(run, ids)  # the lanes before the rows
+            rows = await _run(conn, Q["job_ack"], ids=ids, namespace=namespace, queue=queue,
+                              state=State.SUCCEEDED.value, now=now)  # fmt: skip
+            await lanes.settle(run, {(r[1], r[2]) for r in rows if r[2] is not None}, now,
+                               locked=True)  # fmt: skip
+            if rows:
+                await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
+            return {r[0] for r in rows}
+
+        ids = list(dict.fromkeys(job_ids))
+        moved = await self._session(ack) if ids else set()
+        return [i for i in ids if i in moved]
+
+    async def queue_peek(self, namespace: str, queue: str, now: float) -> Job | None:
+        rows = await self._fetch("queue_peek", namespace=namespace, queue=queue, now=now)
+        return job_from_row(rows[0]) if rows else None
+
+    async def queue_size(self, namespace: str, queue: str, state: State) -> int:
+        name = "queue_size_history" if State(state).terminal else "queue_size_hot"
+        rows = await self._fetch(name, namespace=namespace, queue=queue, state=State(state).value)
+        return int(rows[0][0])
+
+    async def queue_clear(self, namespace: str, queue: str, now: float) -> int:
+        async def clear(conn: Conn) -> int:
+            run = _runner(conn)
+            key = {"namespace": namespace, "queue": queue}
+            in_lanes = [r[0] for r in await _run(conn, Q["queue_clear_lanes"], **key)]
+            await lanes.lock(run, {(namespace, lane) for lane in in_lanes})
+            rows = await _run(conn, Q["queue_clear"], **key, lanes=in_lanes,
+                              state=State.CANCELLED.value, now=now)  # fmt: skip
+            await lanes.settle(run, {(r[1], r[2]) for r in rows if r[2] is not None}, now,
+                               locked=True)  # fmt: skip
+            return len(rows)
+
+        return await self._session(clear)
+
+    async def dead_oldest(self, namespace: str, queue: str, limit: int) -> list[int]:
+        rows = await self._fetch("dead_oldest", namespace=namespace, queue=queue, limit=limit)
+        return [r[0] for r in rows]
 
     # -- tokens ------------------------------------------------------------------
 
@@ -539,13 +609,7 @@ class PostgresStore(base.Store):
 
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
         rows = await self._fetch("worker_list", since=alive_since or 0.0)
-        return [
-            WorkerInfo(
-                r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7],
-                running=json.loads(r[8]), stats=json.loads(r[9]),
-            )
-            for r in rows
-        ]
+        return [worker_from_row(r) for r in rows]
 
     async def worker_prune(self, dead_before: float) -> int:
         status = await self._execute("worker_prune", before=dead_before)

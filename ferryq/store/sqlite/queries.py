@@ -32,7 +32,8 @@ _RESPAWN = {
     # claimed_at stays: a respawned job is a re-run, which keeps its place like a retry.
     "state": "CASE WHEN j.lane IS NULL THEN 'ready' ELSE 'waiting' END",
     "run_at": ":now", "order_time": ":now - j.priority",
-    "expires_at": ":expires_at", "attempts": "0", "result": "NULL", "error": "NULL",
+    "expires_at": ":expires_at", "max_tries": "coalesce(:max_tries, j.max_tries)",
+    "attempts": "0", "result": "NULL", "error": "NULL",
     "unique_key": "NULL", "started_at": "NULL", "finished_at": "NULL",
     "lease_until": "NULL", "worker": "NULL", "cancel_requested": "0",
 }  # fmt: skip

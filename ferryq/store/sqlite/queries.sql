@@ -181,17 +181,17 @@ DELETE FROM ferryq_leaders WHERE name = :name AND holder = :holder;
 
 -- name: worker_beat
 INSERT INTO ferryq_workers (id, namespace, queues, host, pid, concurrency, started_at,
-    heartbeat_at, running)
+    heartbeat_at, running, stats)
 VALUES (:id, :namespace, :queues, :host, :pid, :concurrency, :started_at, :heartbeat_at,
-    :running)
+    :running, :stats)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    running = excluded.running;
+    running = excluded.running, stats = excluded.stats;
 
 -- name: worker_remove
 DELETE FROM ferryq_workers WHERE id = :id;
 
 -- name: worker_list
-SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running
+SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running, stats
 FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune
@@ -316,6 +316,65 @@ SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = 
     started_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
+
+-- name: job_take
+-- job_claim_queue for a consumer over HTTP: the lease is the consumer's ttr, which
+-- becomes the job's own, so lease renewals and explain agree with it. The attempt
+-- starts when it is handed over: no worker will report a start of its own.
+UPDATE ferryq_jobs
+SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
+    started_at = :now, ttr = :ttr, lease_until = :now + :ttr, worker = :worker
+WHERE id IN (
+    SELECT id FROM ferryq_jobs
+    WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+      AND (expires_at IS NULL OR expires_at > :now)
+    ORDER BY order_time, id
+    LIMIT :limit)
+RETURNING {job_columns};
+
+-- name: job_ack
+-- An HTTP consumer's acknowledgement has no fence: whatever unfinished state the job
+-- is in, it ends succeeded. Jobs of other queues are left alone.
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns}
+FROM ferryq_jobs j
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+  AND j.namespace = :namespace AND j.queue = :queue
+RETURNING id, namespace, lane;
+
+-- name: job_delete_ids
+DELETE FROM ferryq_jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: queue_peek
+-- What job_take would take next (without the promotion of due jobs it does first).
+SELECT {job_columns} FROM ferryq_jobs
+WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY order_time, id
+LIMIT 1;
+
+-- name: queue_size_hot
+-- The bound state picks the state's partial index (SQLite plans again for the value).
+SELECT count(*) FROM ferryq_jobs
+WHERE namespace = :namespace AND queue = :queue AND state = :state;
+
+-- name: queue_size_history
+SELECT count(*) FROM ferryq_history
+WHERE namespace = :namespace AND queue = :queue AND state = :state;
+
+-- name: queue_clear
+-- Cancels the queue's ready jobs, in one pass over its range of the ready index.
+INSERT INTO ferryq_history ({job_columns})
+SELECT {history_terminal_columns}
+FROM ferryq_jobs j
+WHERE j.state = 'ready' AND j.namespace = :namespace AND j.queue = :queue
+RETURNING id, namespace, lane;
+
+-- name: dead_oldest
+SELECT id FROM ferryq_history
+WHERE state = 'dead' AND namespace = :namespace AND queue = :queue
+ORDER BY finished_at, id
+LIMIT :limit;
 
 -- name: token_create
 INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,

@@ -44,6 +44,7 @@ from ferryq.store.sql import (
     list_query,
     requeue_statement,
     split_script,
+    worker_from_row,
 )
 from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
@@ -282,12 +283,17 @@ class SQLiteStore(base.Store):
         return await self._call(self._write, lambda conn: _cancel(conn, job_id, now))
 
     async def job_respawn(
-        self, job_ids: Sequence[int], now: float, expires_at: float | None = None
+        self,
+        job_ids: Sequence[int],
+        now: float,
+        expires_at: float | None = None,
+        max_tries: int | None = None,
     ) -> list[int]:
         def respawn(conn: sqlite3.Connection) -> list[int]:
             moved = []
             for job_id in job_ids:
-                params = {"id": job_id, "now": now, "expires_at": expires_at}
+                params = {"id": job_id, "now": now, "expires_at": expires_at,
+                          "max_tries": max_tries}  # fmt: skip
                 if conn.execute(Q["job_respawn"], params).rowcount:
                     conn.execute(Q["history_delete"], {"id": job_id})
                     moved.append(job_id)
@@ -317,6 +323,66 @@ class SQLiteStore(base.Store):
             return totals
 
         return await self._call(self._read, counts)
+
+    # -- queues as the HTTP API sees them ----------------------------------------
+
+    async def job_take(
+        self, namespace: str, queue: str, limit: int, worker: str, ttr: float, now: float
+    ) -> list[Job]:
+        if limit <= 0:
+            return []
+        # As job_finish_and_claim: what commits after this point wakes wait_for_change.
+        self._claim_version = self._data_version()
+        params = {"namespace": namespace, "queue": queue, "limit": limit, "worker": worker,
+                  "ttr": ttr, "now": now}  # fmt: skip
+
+        def take(conn: sqlite3.Connection) -> list[Job]:
+            conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
+            taken = [job_from_row(row) for row in conn.execute(Q["job_take"], params)]
+            return sorted(taken, key=lambda job: (job.order_time, job.id))
+
+        return await self._call(self._write, take)
+
+    async def job_ack(
+        self, namespace: str, queue: str, job_ids: Sequence[int], now: float
+    ) -> list[int]:
+        params = {"namespace": namespace, "queue": queue, "ids": json.dumps(list(job_ids)),
+                  "state": State.SUCCEEDED.value, "now": now}  # fmt: skip
+
+        def ack(conn: sqlite3.Connection) -> list[int]:
+            moved = _move_to_history(conn, "job_ack", params)
+            return [job_id for job_id in dict.fromkeys(job_ids) if job_id in moved]
+
+        return await self._call(self._write, ack) if job_ids else []
+
+    async def queue_peek(self, namespace: str, queue: str, now: float) -> Job | None:
+        params = {"namespace": namespace, "queue": queue, "now": now}
+
+        def peek(conn: sqlite3.Connection) -> Job | None:
+            row = conn.execute(Q["queue_peek"], params).fetchone()
+            return None if row is None else job_from_row(row)
+
+        return await self._call(self._read, peek)
+
+    async def queue_size(self, namespace: str, queue: str, state: State) -> int:
+        name = "queue_size_history" if State(state).terminal else "queue_size_hot"
+        params = {"namespace": namespace, "queue": queue, "state": State(state).value}
+        return await self._call(
+            self._read, lambda conn: int(conn.execute(Q[name], params).fetchone()[0])
+        )
+
+    async def queue_clear(self, namespace: str, queue: str, now: float) -> int:
+        params = {"namespace": namespace, "queue": queue, "state": State.CANCELLED.value,
+                  "now": now}  # fmt: skip
+        return await self._call(
+            self._write, lambda conn: len(_move_to_history(conn, "queue_clear", params))
+        )
+
+    async def dead_oldest(self, namespace: str, queue: str, limit: int) -> list[int]:
+        params = {"namespace": namespace, "queue": queue, "limit": limit}
+        return await self._call(
+            self._read, lambda conn: [r[0] for r in conn.execute(Q["dead_oldest"], params)]
+        )
 
     # -- tokens ------------------------------------------------------------------
 
@@ -471,13 +537,7 @@ class SQLiteStore(base.Store):
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]:
         def workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
             rows = conn.execute(Q["worker_list"], {"since": alive_since or 0.0})
-            return [
-                WorkerInfo(
-                    r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], json.loads(r[8]),
-                    json.loads(r[9]),
-                )
-                for r in rows
-            ]
+            return [worker_from_row(r) for r in rows]
 
         return await self._call(self._read, workers)
 
@@ -696,6 +756,18 @@ def _move_terminal(conn: sqlite3.Connection, job_id: int, state: State, now: flo
             _settle(conn, {(in_lane[1], in_lane[2])}, now)
         return True
     return False
+
+
+def _move_to_history(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> set[int]:
+    """Move the jobs that ``statement`` copies to history out of the hot table, and
+    settle the lanes they leave (a lane frees the place a job held as a finish does)."""
+    rows = conn.execute(Q[statement], params).fetchall()
+    if not rows:
+        return set()
+    moved = [row[0] for row in rows]
+    conn.execute(Q["job_delete_ids"], {"ids": json.dumps(moved)})
+    _settle(conn, {(row[1], row[2]) for row in rows if row[2] is not None}, params["now"])
+    return set(moved)
 
 
 # -- lanes ---------------------------------------------------------------------

@@ -1,0 +1,466 @@
+"""The dashboard's pages and actions, as one Starlette app mounted by the server.
+
+Pages are rendered on the server with Jinja (autoescape on), so job data reaches the
+browser only as escaped text. A page's changing part is also served alone, as a
+fragment, when asked with the ``X-Ferryq-Fragment`` header: ``static/dashboard.js``
+fetches it every few seconds and swaps it in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ferryq import insights
+from ferryq.dashboard import charts, views
+from ferryq.dashboard.auth import (
+    COOKIE,
+    LOGIN_COOKIE,
+    SESSION_SECONDS,
+    Sessions,
+    Viewer,
+    csrf_ok,
+    new_csrf,
+)
+from ferryq.dashboard.security import SecurityHeaders
+from ferryq.errors import FerryqError, JobNotFound
+from ferryq.job import TERMINAL_STATES, Job, State
+from ferryq.lanes import check_rule
+from ferryq.server import http, tokens
+from ferryq.server.engine import Engine
+from ferryq.store.base import JobFilter
+
+PAGE_SIZE = 50
+MAX_IDS = 500  # jobs one action may name
+MAX_FORM_BYTES = 64 * 1024
+MAX_TEXT = 200
+OVERVIEW_CACHE_SECONDS = 2.0
+FAILED_LOGIN_PAUSE = 0.5
+FRAGMENT_HEADER = "x-ferryq-fragment"
+NAV = (("overview", "Overview", "/"), ("jobs", "Jobs", "/jobs"), ("dead", "Dead letters", "/dead"),
+       ("lanes", "Lanes", "/lanes"), ("workers", "Workers", "/workers"))  # fmt: skip
+ACTIONS = {  # action -> (states it applies to, verb shown)
+    "respawn": (frozenset({State.DEAD, State.CANCELLED, State.EXPIRED}), "Respawn"),
+    "purge": (frozenset({State.DEAD}), "Purge"),
+    "cancel": (frozenset(State) - TERMINAL_STATES, "Cancel"),
+}
+NOTICES = {"respawn": "Respawned {n} job(s).", "purge": "Purged {n} job(s).",
+           "cancel": "Cancelled {n} job(s).", "rule": "Lane rule saved.",
+           "rule-deleted": "Lane rule removed."}  # fmt: skip
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+Page = Callable[[Request, Viewer], Awaitable[Response]]
+
+
+class BadInput(Exception):
+    """A parameter or form field that the dashboard refuses (400, nothing changed)."""
+
+
+@dataclass(slots=True)
+class Form:
+    fields: dict[str, list[str]]
+
+    def get(self, name: str, default: str = "") -> str:
+        values = self.fields.get(name)
+        return values[0] if values else default
+
+    def all(self, name: str) -> list[str]:
+        return self.fields.get(name, [])
+
+
+class Dashboard:
+    def __init__(self, engine: Engine, credential: str | None, base: str) -> None:
+        self.engine = engine
+        self.base = base
+        self.sessions = Sessions(lambda: engine.store, credential, clock=engine.now)
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("ferryq.dashboard", "templates"),
+            autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+            lstrip_blocks=True,
+        )  # fmt: skip
+        self.env.globals.update(when=insights.when, ago=views.ago, pretty=views.pretty,
+                                brief=views.brief, seconds=views.seconds, base=base,
+                                states=views.STATES, nav=NAV)  # fmt: skip
+        self._overviews: dict[str | None, tuple[float, views.Overview]] = {}
+        self._overview_lock = asyncio.Lock()
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/", self._page(self.overview)),
+            Route("/jobs", self._page(self.jobs)),
+            Route("/jobs/{job_id:int}", self._page(self.job)),
+            Route("/dead", self._page(self.dead)),
+            Route("/lanes", self._page(self.lanes)),
+            Route("/workers", self._page(self.workers)),
+            Route("/actions", self._page(self.action), methods=["POST"]),
+            Route("/lanes/rules", self._page(self.lane_rule), methods=["POST"]),
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self._page(self.logout), methods=["POST"]),
+            Mount("/static", StaticFiles(packages=[("ferryq.dashboard", "static")]), name="static"),
+        ]
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _page(self, handler: Page) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            viewer = await self.sessions.read(request.cookies.get(COOKIE))
+            if viewer is None:
+                if request.method != "GET" or request.headers.get(FRAGMENT_HEADER):
+                    return self.render_error(request, 401, "Sign in first.")
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{self.base}/login?{urlencode({'next': target})}", 303)
+            if request.method == "POST":
+                if not _same_origin(request):
+                    return self.render_error(request, 403, "Cross-site request refused.")
+                try:
+                    form = await _form(request)
+                except BadInput as exc:
+                    return self.render_error(request, 400, str(exc))
+                if not csrf_ok(viewer.csrf, form.get("csrf") or None):
+                    return self.render_error(request, 403, "The form expired; reload the page.")
+                request.state.form = form
+            try:
+                return await handler(request, viewer)
+            except BadInput as exc:
+                return self.render_error(request, 400, str(exc), viewer)
+
+        return endpoint
+
+    def render(
+        self, request: Request, viewer: Viewer | None, page: str, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        """The page, or only its live fragment when the script asks for it."""
+        context.setdefault("notice", _notice(request))
+        context.setdefault("error", None)
+        context.update(viewer=viewer, now=self.engine.now())
+        fragment = context.get("fragment")
+        if fragment and request.headers.get(FRAGMENT_HEADER):
+            return HTMLResponse(self.env.get_template(fragment).render(context), status)
+        return HTMLResponse(self.env.get_template(page).render(context), status)
+
+    def render_error(
+        self, request: Request, status: int, message: str, viewer: Viewer | None = None
+    ) -> HTMLResponse:
+        return self.render(request, viewer, "error.html", status, title=str(status),
+                           message=message, active="", notice=None)  # fmt: skip
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return self.render_error(request, status, "Nothing here." if status == 404 else "Error.")
+
+    def scope(self, request: Request, viewer: Viewer) -> str | None:
+        """The namespace a page shows: the token's, or the one the admin picked (or all)."""
+        if viewer.namespace is not None:
+            return viewer.namespace
+        return _name(request.query_params.get("ns", "")) or None
+
+    # -- pages -------------------------------------------------------------------
+
+    async def overview(self, request: Request, viewer: Viewer) -> Response:
+        namespace = self.scope(request, viewer)
+        data = await self._overview(namespace)
+        return self.render(request, viewer, "overview.html", title="Overview", active="overview",
+                           fragment="fragments/overview.html", o=data, ns=namespace or "",
+                           throughput=charts.throughput(data.activity),
+                           lag=charts.lag(data.activity))  # fmt: skip
+
+    async def _overview(self, namespace: str | None) -> views.Overview:
+        # Counting a long history is the costliest read here: one count serves every
+        # open tab for a couple of seconds.
+        async with self._overview_lock:
+            cached = self._overviews.get(namespace)
+            if cached is not None and time.monotonic() - cached[0] < OVERVIEW_CACHE_SECONDS:
+                return cached[1]
+            data = await views.overview(self.engine.store, namespace, self.engine.now())
+            if len(self._overviews) > 100:
+                self._overviews.clear()
+            self._overviews[namespace] = (time.monotonic(), data)
+            return data
+
+    async def jobs(self, request: Request, viewer: Viewer) -> Response:
+        query = request.query_params
+        state = query.get("state", "")
+        if state and state not in views.STATES:
+            raise BadInput(f"unknown state {state!r}")
+        filters = {
+            "ns": self.scope(request, viewer) or "",
+            "state": state,
+            "queue": _name(query.get("queue", "")),
+            "task": _name(query.get("task", "")),
+            "lane": _name(query.get("lane", "")),
+            "q": _text(query.get("q", "")),
+        }
+        where = JobFilter(namespace=filters["ns"] or None, state=State(state) if state else None,
+                          queue=filters["queue"] or None, task=filters["task"] or None,
+                          lane=filters["lane"] or None, text=filters["q"] or None,
+                          after_id=_int(query.get("after")), limit=PAGE_SIZE + 1)  # fmt: skip
+        found = await self.engine.store.job_list(where)
+        page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+        kept = {k: v for k, v in filters.items() if v}
+        older = f"?{urlencode({**kept, 'after': page[-1].id})}" if more else None
+        newest = f"?{urlencode(kept)}" if where.after_id is not None else None
+        return self.render(request, viewer, "jobs.html", title="Jobs", active="jobs",
+                           fragment="fragments/jobs.html", jobs=page, f=filters,
+                           older=older, newest=newest)  # fmt: skip
+
+    async def job(self, request: Request, viewer: Viewer) -> Response:
+        job_id: int = request.path_params["job_id"]
+        job = await self._visible(viewer, job_id)
+        if job is None:
+            return self.render_error(request, 404, f"No job {job_id} here.", viewer)
+        try:
+            explained = (
+                await insights.explain(self.engine.store, job_id, self.engine.now())
+            ).message
+        except JobNotFound:
+            explained = f"job {job_id} is gone"
+        return self.render(request, viewer, "job.html", title=f"Job {job_id}", active="jobs",
+                           fragment="fragments/job.html", job=job, explained=explained,
+                           events=views.timeline(job), back=f"{self.base}/jobs/{job_id}",
+                           actions=_actions_for(job))  # fmt: skip
+
+    async def dead(self, request: Request, viewer: Viewer) -> Response:
+        query = request.query_params
+        filters = {"ns": self.scope(request, viewer) or "", "queue": _name(query.get("queue", "")),
+                   "task": _name(query.get("task", ""))}  # fmt: skip
+        where = JobFilter(namespace=filters["ns"] or None, state=State.DEAD,
+                          queue=filters["queue"] or None, task=filters["task"] or None,
+                          after_id=_int(query.get("after")), limit=PAGE_SIZE + 1)  # fmt: skip
+        found = await self.engine.store.job_list(where)
+        page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+        kept = {k: v for k, v in filters.items() if v}
+        older = f"?{urlencode({**kept, 'after': page[-1].id})}" if more else None
+        newest = f"?{urlencode(kept)}" if where.after_id is not None else None
+        back = f"{self.base}/dead" + (f"?{urlencode(kept)}" if kept else "")
+        return self.render(request, viewer, "dead.html", title="Dead letters", active="dead",
+                           fragment="fragments/dead.html", jobs=page, f=filters, older=older,
+                           newest=newest, back=back)  # fmt: skip
+
+    async def lanes(self, request: Request, viewer: Viewer, error: str | None = None) -> Response:
+        namespace = self.scope(request, viewer) or "default"
+        data = await views.lanes_page(self.engine.store, namespace)
+        return self.render(request, viewer, "lanes.html", 400 if error else 200, title="Lanes",
+                           active="lanes", fragment="fragments/lanes.html", l=data,
+                           ns=namespace, error=error,
+                           back=f"{self.base}/lanes?{urlencode({'ns': namespace})}")  # fmt: skip
+
+    async def workers(self, request: Request, viewer: Viewer) -> Response:
+        namespace = self.scope(request, viewer)
+        found = await views.live_workers(self.engine.store, namespace, self.engine.now())
+        return self.render(request, viewer, "workers.html", title="Workers", active="workers",
+                           fragment="fragments/workers.html", workers=found,
+                           ns=namespace or "", alive=insights.WORKER_ALIVE_SECONDS)  # fmt: skip
+
+    # -- actions -----------------------------------------------------------------
+
+    async def action(self, request: Request, viewer: Viewer) -> Response:
+        """Respawn, purge or cancel jobs: first a page to confirm, then the deed."""
+        form: Form = request.state.form
+        name = form.get("action")
+        if name not in ACTIONS:
+            raise BadInput("unknown action")
+        ids = sorted({_job_id(raw) for raw in form.all("ids")})
+        if not ids:
+            raise BadInput("no job selected")
+        if len(ids) > MAX_IDS:
+            raise BadInput(f"at most {MAX_IDS} jobs at once")
+        back = _back(form.get("back"), self.base)
+        states, verb = ACTIONS[name]
+        found = [job for job in [await self._visible(viewer, i) for i in ids] if job is not None]
+        eligible = [job for job in found if job.state in states]
+        if form.get("confirm") != "yes":
+            return self.render(request, viewer, "confirm.html", title=f"{verb}?", active="",
+                               action=name, verb=verb, jobs=eligible,
+                               skipped=len(ids) - len(eligible), back=back)  # fmt: skip
+        done = await self._act(name, [job.id for job in eligible])
+        joiner = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{joiner}{urlencode({'done': name, 'n': done})}", 303)
+
+    async def _act(self, name: str, ids: list[int]) -> int:
+        app = self.engine.app
+        if not ids:
+            return 0
+        if name == "respawn":
+            return len(await app.respawn_async(ids))
+        if name == "purge":
+            return await app.purge_async(ids)
+        cancelled = 0
+        for job_id in ids:
+            try:
+                await app.cancel_async(job_id)
+                cancelled += 1
+            except FerryqError:
+                continue  # finished meanwhile
+        return cancelled
+
+    async def lane_rule(self, request: Request, viewer: Viewer) -> Response:
+        form: Form = request.state.form
+        namespace = viewer.namespace or _name(form.get("ns")) or "default"
+        pattern = form.get("pattern").strip()
+        store, now = self.engine.store, self.engine.now()
+        back = f"{self.base}/lanes?{urlencode({'ns': namespace})}"
+        if form.get("op") == "delete":
+            await store.lane_rule_delete(namespace, pattern, now)
+            return RedirectResponse(f"{back}&done=rule-deleted", 303)
+        try:
+            rule = check_rule(pattern, _int(form.get("limit")) or 0, form.get("on_dead"))
+        except ValueError as exc:
+            request.scope["query_string"] = urlencode({"ns": namespace}).encode()
+            return await self.lanes(request, viewer, error=str(exc))
+        await store.lane_rule_set(namespace, rule, now)
+        return RedirectResponse(f"{back}&done=rule", 303)
+
+    async def _visible(self, viewer: Viewer, job_id: int) -> Job | None:
+        job = await self.engine.store.job_get(job_id)
+        return job if job is not None and viewer.may_see(job.namespace) else None
+
+    # -- signing in and out ------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        return self._login_page(request, None, 200)
+
+    def _login_page(self, request: Request, error: str | None, status: int) -> Response:
+        csrf = new_csrf()
+        response = self.render(request, None, "login.html", status, title="Sign in", active="",
+                               csrf=csrf, error=error, admin=self.sessions.admin_enabled,
+                               next=_next(request.query_params.get("next"), self.base),
+                               notice=None)  # fmt: skip
+        self._cookie(request, response, LOGIN_COOKIE, csrf, 3600)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        if not _same_origin(request):
+            return self.render_error(request, 403, "Cross-site request refused.")
+        try:
+            form = await _form(request)
+        except BadInput as exc:
+            return self.render_error(request, 400, str(exc))
+        expected = request.cookies.get(LOGIN_COOKIE)
+        if expected is None or not csrf_ok(expected, form.get("csrf") or None):
+            return self._login_page(request, "The sign-in form expired; try again.", 403)
+        viewer = await self._sign_in(form)
+        if viewer is None:
+            await asyncio.sleep(FAILED_LOGIN_PAUSE)  # slows guessing down
+            return self._login_page(request, "Wrong credential or token.", 401)
+        response = RedirectResponse(_next(form.get("next"), self.base), 303)
+        self._cookie(request, response, COOKIE, self.sessions.sign(viewer), SESSION_SECONDS)
+        response.delete_cookie(LOGIN_COOKIE, path=self.base)
+        return response
+
+    async def _sign_in(self, form: Form) -> Viewer | None:
+        secret = form.get("token").strip()
+        if secret:
+            token = await self.engine.tokens.lookup(tokens.split_pool(secret)[1])
+            return None if token is None else self.sessions.token(token)
+        return self.sessions.admin(form.get("user"), form.get("password"))
+
+    async def logout(self, request: Request, viewer: Viewer) -> Response:
+        response = RedirectResponse(f"{self.base}/login", 303)
+        response.delete_cookie(COOKIE, path=self.base)
+        return response
+
+    def _cookie(
+        self, request: Request, response: Response, name: str, value: str, age: int
+    ) -> None:
+        response.set_cookie(name, value, max_age=age, path=self.base, httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
+
+
+def build_dashboard(engine: Engine, credential: str | None, base: str = "/ui") -> Starlette:
+    """The dashboard app, to be mounted at ``base`` on the API port."""
+    dashboard = Dashboard(engine, credential, base)
+    app = Starlette(routes=dashboard.routes(),
+                    exception_handlers={HTTPException: dashboard.not_found})  # fmt: skip
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+# -- input ---------------------------------------------------------------------
+
+
+async def _form(request: Request) -> Form:
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise BadInput("expected a form")
+    try:
+        body = await http.read_body(request, MAX_FORM_BYTES)
+    except http.RequestTooLarge:
+        raise BadInput("form too large") from None
+    fields: dict[str, list[str]] = {}
+    for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
+        fields.setdefault(key, []).append(value)
+    return Form(fields)
+
+
+def _name(raw: str) -> str:
+    value = raw.strip()
+    if len(value) > http.MAX_NAME_LENGTH:
+        raise BadInput(f"at most {http.MAX_NAME_LENGTH} characters in a name")
+    return value
+
+
+def _text(raw: str) -> str:
+    if len(raw) > MAX_TEXT:
+        raise BadInput(f"at most {MAX_TEXT} characters to search for")
+    return raw
+
+
+def _int(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise BadInput(f"not a whole number: {raw[:40]!r}")
+    return int(raw)
+
+
+def _job_id(raw: str) -> int:
+    value = _int(raw)
+    if value is None:
+        raise BadInput("not a job id")
+    return value
+
+
+def _back(raw: str, base: str) -> str:
+    """Where to go after an action: a dashboard path, never another site."""
+    if raw.startswith(f"{base}/") and "//" not in raw and "\\" not in raw:
+        return raw
+    return f"{base}/dead"
+
+
+def _next(raw: str | None, base: str) -> str:
+    if raw and (raw == base or raw.startswith(f"{base}/")) and "//" not in raw and "\\" not in raw:
+        return raw
+    return f"{base}/"
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser names the page a POST comes from; it must be this server's."""
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    host = request.headers.get("host", "")
+    return origin.split("://", 1)[-1] == host
+
+
+def _notice(request: Request) -> str | None:
+    done = request.query_params.get("done")
+    if done not in NOTICES:
+        return None
+    count = request.query_params.get("n", "0")
+    return NOTICES[done].format(n=int(count) if count.isdigit() and len(count) < 10 else 0)
+
+
+def _actions_for(job: Job) -> list[tuple[str, str]]:
+    return [(name, verb) for name, (states, verb) in ACTIONS.items() if job.state in states]

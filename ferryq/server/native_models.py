@@ -1,0 +1,237 @@
+"""The shapes of the native API (``/v1``): request bodies, as strict as the checks that
+follow them, and responses, exactly as the routes write them. FastAPI turns both into
+the OpenAPI schema at ``/openapi.json``.
+
+Requests are strict: no extra fields, no numbers as strings, numbers finite and bounded
+(a date far past year 9999 could be stored but never shown). Strings that reach the
+database may not hold NUL, which PostgreSQL cannot store in text, nor lone surrogates,
+which no database can encode.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from ferryq import lanes
+from ferryq.job import State
+from ferryq.policy import MAX_TRIES_LIMIT, NAME_RE, YEAR
+
+#: Delays, ttl, ttr and dedup windows are bounded; enough for any real use.
+MAX_SECONDS = 10 * YEAR
+#: 9999-12-31T23:59:59Z, the last second a date can be written in.
+MAX_RUN_AT = 253_402_300_799.0
+MAX_BATCH = 1000
+MAX_IDS = 1000
+MAX_TEXT = 255
+NO_NUL = r"^[^\x00]*$"
+
+
+def _encodable(value: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate, which cannot be stored") from None
+    return value
+
+
+Text = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL),
+    AfterValidator(_encodable),
+]
+QueueName = Annotated[str, StringConstraints(pattern=NAME_RE.pattern)]
+JobId = Annotated[int, Field(ge=1, le=(1 << 63) - 1)]
+Args = list[Any] | dict[str, Any]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class JobOptionsIn(_Strict):
+    """The options of ``ferryq.policy.JobOptions``; absent or null means the default."""
+
+    queue: QueueName | None = Field(None, description='Default "default".')
+    lane: Text | None = Field(None, description="Jobs of a lane run in order, limit at a time.")
+    priority: float | None = Field(
+        None, ge=-YEAR, le=YEAR, allow_inf_nan=False,
+        description="Head start in seconds (may be negative); default 0.",
+    )  # fmt: skip
+    delay: Seconds | None = None
+    run_at: float | None = Field(
+        None, ge=0.0, le=MAX_RUN_AT, allow_inf_nan=False,
+        description="Unix seconds; not together with delay.",
+    )  # fmt: skip
+    ttl: PositiveSeconds | None = None
+    ttr: PositiveSeconds | None = Field(None, description="Lease seconds; default 60.")
+    max_tries: int | None = Field(None, ge=1, le=MAX_TRIES_LIMIT, description="Default 3.")
+    retry: float | None = Field(
+        None, ge=-YEAR, le=YEAR, allow_inf_nan=False,
+        description="Backoff, compact signed form: n > 0 exponential capped at n seconds, "
+        "n < 0 fixed |n| seconds, 0 at once. Default exponential capped at 3600.",
+    )  # fmt: skip
+    unique_key: Text | None = None
+    unique_for: PositiveSeconds | None = None
+    stage: Text | None = None
+    context: Any = None
+
+
+class EnqueueIn(JobOptionsIn):
+    task: Text
+    args: Args = Field(
+        default_factory=list, description="Positional (array) or keyword (object) arguments."
+    )
+
+
+class BatchIn(JobOptionsIn):
+    task: Text
+    args: list[Args] = Field(
+        min_length=1, max_length=MAX_BATCH, description="One job per element, in this order."
+    )
+
+
+class LaneLimitIn(_Strict):
+    limit: int = Field(ge=1, le=lanes.MAX_LIMIT)
+    on_dead: Literal["continue", "halt"] = "continue"
+
+
+class JobIdsIn(_Strict):
+    ids: list[JobId] = Field(min_length=1, max_length=MAX_IDS)
+
+
+# -- responses ---------------------------------------------------------------------
+
+
+class ErrorOut(BaseModel):
+    error: str
+
+
+class EnqueuedOut(BaseModel):
+    id: int
+    created: bool = Field(description="False: deduplicated, an existing job was returned.")
+
+
+class BatchOut(BaseModel):
+    jobs: list[EnqueuedOut]
+
+
+class JobOut(BaseModel):
+    """A job as ``Job.to_dict()`` gives it; times are Unix seconds."""
+
+    id: int
+    namespace: str
+    queue: str
+    task: str
+    args: Any
+    state: State
+    lane: str | None
+    priority: float
+    run_at: float
+    order_time: float
+    expires_at: float | None
+    ttr: float
+    max_tries: int
+    retry: dict[str, Any]
+    unique_key: str | None
+    stage: str | None
+    context: Any
+    attempts: int
+    fence: int
+    result: Any
+    error: dict[str, Any] | None
+    errors: list[dict[str, Any]]
+    stages: list[dict[str, Any]]
+    meta: dict[str, Any]
+    created_at: float
+    claimed_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    lease_until: float | None
+    worker: str | None
+    cancel_requested: bool
+
+
+class JobPageOut(BaseModel):
+    jobs: list[JobOut]
+    next: int | None = Field(description="Pass as `after` for the next page; null at the end.")
+
+
+class ExplanationOut(BaseModel):
+    job_id: int
+    state: State
+    reason: str = Field(
+        description="done, cancelled, expired, dead, expiring, lane_halted, lane_waiting, "
+        "lane_order, lane_limit, cancelling, lease_expired, running, backoff, scheduled, "
+        "no_worker or ready"
+    )
+    message: str
+    data: dict[str, Any]
+
+
+class ResultOut(BaseModel):
+    id: int
+    state: State
+    result: Any = Field(description="The handler's return value; null until it succeeded.")
+
+
+class JobFailedOut(BaseModel):
+    error: str
+    id: int
+    state: State
+    job_error: dict[str, Any] | None = Field(description="The stored error: type, message, …")
+
+
+class RespawnedOut(BaseModel):
+    respawned: list[int]
+
+
+class PurgedOut(BaseModel):
+    purged: int
+
+
+class LaneRuleOut(BaseModel):
+    pattern: str
+    limit: int
+    on_dead: Literal["continue", "halt"]
+
+
+class LaneOut(BaseModel):
+    lane: str
+    waiting: int
+    admitted: int = Field(description="Scheduled or ready.")
+    running: int
+    halted_by: int | None
+    rule: LaneRuleOut
+
+
+class LanesOut(BaseModel):
+    lanes: list[LaneOut]
+
+
+class LaneRulesOut(BaseModel):
+    limits: list[LaneRuleOut]
+
+
+class WorkerOut(BaseModel):
+    id: str
+    queues: list[str]
+    host: str
+    pid: int
+    concurrency: int
+    started_at: float
+    heartbeat_at: float
+    alive: bool = Field(description="Its last heartbeat is recent.")
+    running: list[int]
+
+
+class WorkersOut(BaseModel):
+    workers: list[WorkerOut]
+
+
+class StatsOut(BaseModel):
+    queues: dict[str, dict[str, int]] = Field(description="queue → state → jobs")
+    workers: list[WorkerOut] = Field(description="Live workers.")

@@ -1,0 +1,237 @@
+"""What holds across the protocol: request ids, unknown routes, malformed input, the
+server's own start-up contract, and HTTP jobs being ordinary ferryq jobs."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+import ferryq
+from tests.server.harness import (
+    LISTENING,
+    Lmstfy,
+    ServerProcess,
+    assert_error,
+    assert_no_job,
+    b64,
+)
+
+API_NOT_FOUND = {"error": "api not found"}
+
+
+def test_healthz_answers_as_soon_as_the_server_has_announced_itself(server: ServerProcess) -> None:
+    with server.api_client() as api:
+        assert api.get("/healthz").status_code == 200
+
+
+def test_the_listening_line_is_all_the_server_writes_to_stdout(server: ServerProcess) -> None:
+    assert LISTENING.match(f"ferryq server listening api={server.api} admin={server.admin}")
+    assert server.api.startswith("http://127.0.0.1:")
+    assert server.admin.startswith("http://127.0.0.1:")
+    assert server.api != server.admin
+    assert server.stdout_lines == []
+
+
+# -- X-Request-ID -------------------------------------------------------------------
+
+
+def test_every_response_carries_a_unique_request_id(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x")
+    responses = [
+        lm.publish("q", b"x"),
+        lm.publish("q", b"x"),  # the same request twice: two ids
+        lm.publish("q", b"x", delay="bad"),
+        lm.consume("q"),
+        lm.consume("empty"),
+        lm.peek_job("q", job_id),
+        lm.peek_job("q", "no-such-job"),
+        lm.ack("q", job_id),
+        lm.request("GET", lm.path("q", "size"), token=None),
+        lm.request("PUT", lm.path("q"), content=b"x", token=None),
+        lm.request("PUT", lm.path("q"), content=b"x", token="wrong-token-000000000"),
+        lm.request("GET", "/no/such/route"),
+        lm.http.get("/healthz"),
+    ]
+    with lm.server.admin_client() as admin:
+        responses += [
+            admin.get("/pools"),
+            admin.get(f"/token/{lm.namespace}"),
+            admin.post(f"/token/{lm.namespace}"),  # 400: no description
+            admin.get("/no/such/route"),
+        ]
+    ids = []
+    for response in responses:
+        request_id = response.headers.get("X-Request-ID")
+        where = f"{response.request.method} {response.request.url} -> {response.status_code}"
+        assert request_id, f"no X-Request-ID on {where}"
+        ids.append(request_id)
+    assert len(set(ids)) == len(ids), ids
+
+
+# -- unknown routes and wrong methods -----------------------------------------------
+
+
+API_MISSES = [
+    ("GET", "/no/such/route"),
+    ("GET", "/api"),
+    ("GET", "/api/NS"),
+    ("GET", "/api/NS/q/job"),
+    ("GET", "/api/NS/q/no-such-thing"),
+    ("GET", "/api/NS/q/job/1/more"),
+    ("GET", "/api/NS/q/deadletter/size/more"),
+    ("POST", "/api/NS/q"),
+    ("PATCH", "/api/NS/q"),
+    ("POST", "/api/NS/q/job/1"),
+    ("PATCH", "/api/NS/q/job/1"),
+    ("PUT", "/api/NS/q/peek"),
+    ("DELETE", "/api/NS/q/peek"),
+    ("PUT", "/api/NS/q/size"),
+    ("DELETE", "/api/NS/q/size"),
+    ("GET", "/api/NS/q/bulk"),
+    ("POST", "/api/NS/q/bulk"),
+    ("POST", "/api/NS/q/deadletter"),
+    ("PUT", "/api/NS/q/deadletter/size"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), API_MISSES, ids=[f"{m} {p}" for m, p in API_MISSES])
+def test_an_unknown_route_or_wrong_method_on_the_api_port_is_404(
+    lm: Lmstfy, method: str, path: str
+) -> None:
+    job_id = lm.publish_ok("q", b"kept")
+    answer = lm.request(method, path.replace("NS", lm.namespace), content=b"x")
+    assert (answer.status_code, answer.json()) == (404, API_NOT_FOUND)
+    assert lm.size("q") == 1
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 1
+
+
+ADMIN_MISSES = [
+    ("GET", "/no/such/route"),
+    ("GET", "/token"),
+    ("PUT", "/token/NS"),
+    ("PATCH", "/token/NS"),
+    ("DELETE", "/token/NS"),
+    ("POST", "/pools"),
+    ("DELETE", "/version"),
+    ("PATCH", "/token/NS/TOKEN/limit"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), ADMIN_MISSES, ids=[f"{m} {p}" for m, p in ADMIN_MISSES]
+)
+def test_an_unknown_route_or_wrong_method_on_the_admin_port_is_404(
+    lm: Lmstfy, method: str, path: str
+) -> None:
+    with lm.server.admin_client() as admin:
+        answer = admin.request(method, path.replace("NS", lm.namespace).replace("TOKEN", lm.token))
+        assert (answer.status_code, answer.json()) == (404, API_NOT_FOUND)
+        assert len(admin.get(f"/token/{lm.namespace}").json()["tokens"]) == 1
+    lm.publish_ok("q", b"the token still works")
+
+
+# -- malformed input ----------------------------------------------------------------
+
+
+MALFORMED_PUBLISHES: list[dict[str, str]] = [
+    {"delay": "%"},
+    {"delay": "1e3"},
+    {"delay": "99999999999999999999999"},
+    {"ttl": "NaN"},
+    {"ttl": "inf"},
+    {"tries": "1_000"},
+    {"tries": "0x1"},
+    {"delay": "\x00"},
+]
+
+
+@pytest.mark.parametrize("params", MALFORMED_PUBLISHES, ids=[repr(p) for p in MALFORMED_PUBLISHES])
+def test_malformed_publish_parameters_are_400_and_publish_nothing(
+    lm: Lmstfy, params: dict[str, str]
+) -> None:
+    answer = lm.request("PUT", lm.path("q"), params=params, content=b"x")
+    assert answer.status_code == 400, answer.text
+    assert set(answer.json()) == {"error"}
+    assert lm.size("q") == 0
+    assert_no_job(lm.consume("q"))
+    assert_error(lm.peek("q"), 404, "the queue is empty")
+
+
+def test_malformed_query_strings_are_4xx_and_change_nothing(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x", tries=3)
+    for query in ("ttr=%ff", "timeout=%", "count=%00", "timeout=1_0", "count=%EF%BC%92"):
+        answer = lm.http.get(f"{lm.path('q')}?{query}", headers={"X-Token": lm.token})
+        assert 400 <= answer.status_code < 500, (query, answer.status_code, answer.text)
+    assert lm.size("q") == 1
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 3
+
+
+def test_a_job_id_of_any_shape_is_handled_as_unknown(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x")
+    for odd in ("%20", "1.5", "1e3", "0x1", "' OR 1=1 --", "\u00e9", "9" * 400):
+        assert_error(lm.peek_job("q", odd), 404, "job not found")
+        assert lm.ack("q", odd).status_code == 204
+    assert lm.size("q") == 1
+    assert lm.consume_ok("q")["job_id"] == job_id
+
+
+def test_job_ids_are_scoped_to_their_namespace(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"mine")
+    namespace = f"{lm.namespace}-other"
+    other = Lmstfy(lm.server, namespace, lm.server.create_token(namespace))
+    try:
+        assert_error(other.peek_job("q", job_id), 404, "job not found")
+        assert other.ack("q", job_id).status_code == 204
+        assert other.republish("q", job_id, b"theirs").status_code == 201
+    finally:
+        other.close()
+    assert lm.peek_job("q", job_id).json()["data"] == b64(b"mine")
+    assert lm.consume_ok("q")["job_id"] == job_id
+
+
+# -- jobs published over HTTP are ordinary ferryq jobs ------------------------------
+
+
+def test_a_job_published_over_http_is_an_ordinary_ferryq_job(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("mail", b"\x00raw bytes\xff", tries=2)
+    delayed_id = lm.publish_ok("mail", b"later", delay=600)
+    app = ferryq.App(lm.server.url, namespace=lm.namespace)
+    try:
+        job = app.get_job(int(job_id))
+        assert (job.id, job.state, job.queue, job.namespace) == (
+            int(job_id), "ready", "mail", lm.namespace,
+        )  # fmt: skip
+        assert job.max_tries == 2
+        assert app.explain(int(job_id)).state == "ready"
+        assert app.get_job(int(delayed_id)).state == "scheduled"
+        assert app.explain(int(delayed_id)).state == "scheduled"
+
+        assert lm.consume_ok("mail", ttr=60)["job_id"] == job_id
+        leased = app.get_job(int(job_id))
+        assert (leased.state, leased.attempts) == ("running", 1)
+        assert app.explain(int(job_id)).state == "running"
+
+        assert lm.ack("mail", job_id).status_code == 204
+        assert app.get_job(int(job_id)).state == "succeeded"
+        assert app.explain(int(job_id)).state == "succeeded"
+    finally:
+        app.close()
+
+
+def test_http_ids_are_decimal_ferryq_ids_in_publish_order(lm: Lmstfy) -> None:
+    ids = [lm.publish_ok("q", b"x") for _ in range(3)]
+    bulk = lm.bulk("q", b'[{"n":1},{"n":2}]').json()["job_ids"]
+    numbers = [int(job_id) for job_id in ids + bulk]
+    assert [str(n) for n in numbers] == ids + bulk
+    assert numbers == sorted(numbers) and len(set(numbers)) == 5
+
+
+def test_an_httpx_client_without_keep_alive_works_too(lm: Lmstfy) -> None:
+    # Some lmstfy clients open a connection per request.
+    with httpx.Client(
+        base_url=lm.server.api, limits=httpx.Limits(max_keepalive_connections=0)
+    ) as fresh:
+        for _ in range(3):
+            published = fresh.put(lm.path("q"), content=b"x", headers={"X-Token": lm.token})
+            assert published.status_code == 201
+    assert lm.size("q") == 3
