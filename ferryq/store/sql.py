@@ -124,19 +124,9 @@ def requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
         "started_at": finish.started_at, "finished_at": finish.finished_at,
     }  # fmt: skip
     if finish.kind == "next":
-        record = {
-            "stage": finish.error and finish.error.get("stage"),
-            "outcome": "next",
-            "started_at": finish.started_at,
-            "finished_at": finish.finished_at,
-        }
         return "job_next_stage", {
-            **common,
-            **timing,
-            "stage": finish.stage,
-            "context": finish.context or "null",
-            "stage_record": json.dumps(record),
-        }
+            **common, **timing, "stage": finish.stage, "context": finish.context or "null",
+        }  # fmt: skip
     error = None if finish.error is None else json.dumps(finish.error)
     return "job_requeue", {**common, **timing, "error": error}
 

@@ -109,9 +109,13 @@ WHERE id = :id AND fence = :fence AND state = 'running'
 RETURNING id;
 
 -- name: job_next_stage
+-- The stage that ran is recorded with its tries; the next one starts with none.
+-- Every SET expression reads the row as it was before the update.
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,
-    stages = stages || jsonb_build_array(:stage_record::jsonb),
+    stages = stages || jsonb_build_array(jsonb_build_object(
+        'stage', stage, 'outcome', 'next', 'attempts', attempts,
+        'started_at', :started_at::float8, 'finished_at', :finished_at::float8)),
     stage = :stage, context = :context, attempts = 0, error = NULL,
     started_at = :started_at, finished_at = :finished_at
 WHERE id = :id AND fence = :fence AND state = 'running'

@@ -100,9 +100,13 @@ SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NU
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_next_stage
+-- The stage that ran is recorded with its tries; the next one starts with none.
+-- Every SET expression reads the row as it was before the update.
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,
-    stages = json_insert(stages, '$[#]', json(:stage_record)),
+    stages = json_insert(stages, '$[#]', json_object(
+        'stage', stage, 'outcome', 'next', 'attempts', attempts,
+        'started_at', :started_at, 'finished_at', :finished_at)),
     stage = :stage, context = :context, attempts = 0, error = NULL,
     started_at = :started_at, finished_at = :finished_at
 WHERE id = :id AND fence = :fence AND state = 'running';
