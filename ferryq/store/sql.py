@@ -36,6 +36,12 @@ TOKEN_COLUMNS = (
     "limit_interval",
 )  # fmt: skip
 
+# In the order of the fields of base.PeriodicState, so a row is PeriodicState(*row).
+PERIODIC_COLUMNS = (
+    "namespace", "task", "schedule", "queue", "catch_up", "checked_until", "last_tick",
+    "last_job", "next_tick", "updated_at",
+)  # fmt: skip
+
 _JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
 
 

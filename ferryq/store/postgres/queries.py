@@ -10,6 +10,7 @@ from typing import Any
 from ferryq.store.sql import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,
+    PERIODIC_COLUMNS,
     TOKEN_COLUMNS,
     load_migrations,
     load_statements,
@@ -75,6 +76,7 @@ _FILL = {
     "history_expired_columns": select_list(_EXPIRED),
     "respawn_columns": select_list(_RESPAWN),
     "token_columns": ", ".join(TOKEN_COLUMNS),
+    "periodic_columns": ", ".join(f"p.{c}" for c in PERIODIC_COLUMNS),
 }
 
 # A named parameter: a colon not part of a "::" cast, then a name.

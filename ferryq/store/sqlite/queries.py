@@ -5,6 +5,7 @@ from __future__ import annotations
 from ferryq.store.sql import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,
+    PERIODIC_COLUMNS,
     TOKEN_COLUMNS,
     load_migrations,
     load_statements,
@@ -62,6 +63,7 @@ _FILL = {
     "history_terminal_columns": select_list(_TERMINAL),
     "respawn_columns": select_list(_RESPAWN),
     "token_columns": ", ".join(TOKEN_COLUMNS),
+    "periodic_columns": ", ".join(f"p.{c}" for c in PERIODIC_COLUMNS),
 }
 
 Q = load_statements("ferryq.store.sqlite", _FILL)
