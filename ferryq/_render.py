@@ -21,7 +21,7 @@ from rich.text import Text
 from ferryq.insights import Explanation, Stats, when
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
-from ferryq.store.base import LaneInfo, Token
+from ferryq.store.base import LaneInfo, PeriodicState, Token
 
 STATE_STYLES: dict[State, str] = {
     State.SCHEDULED: "cyan",
@@ -291,7 +291,26 @@ def stats_view(stats: Stats, now: float) -> Group:
         parts.append(workers_table(stats, now))
     else:
         parts.append(Text("no live workers", style="yellow"))
+    if stats.periodic:
+        parts.append(periodic_table(stats.periodic, now))
     return Group(*parts)
+
+
+def periodic_table(periodic: Iterable[PeriodicState], now: float) -> Table:
+    table = _table("periodic tasks")
+    for name in ("task", "schedule", "queue", "last tick (UTC)", "last job", "next tick (UTC)"):
+        table.add_column(name, overflow="fold")
+    for entry in periodic:
+        last_job = Text("-", style="dim")
+        if entry.last_job is not None:
+            last_job = Text(f"{entry.last_job} ")
+            if entry.last_state is not None:
+                last_job.append_text(state_text(State(entry.last_state)))
+        table.add_row(
+            Text(entry.task), Text(entry.schedule), Text(entry.queue),
+            short_when(entry.last_tick, now), last_job, short_when(entry.next_tick, now),
+        )  # fmt: skip
+    return table
 
 
 # -- lanes ---------------------------------------------------------------------

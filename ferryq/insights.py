@@ -8,7 +8,7 @@ from typing import Any
 
 from ferryq.errors import JobNotFound
 from ferryq.job import Job, State
-from ferryq.store.base import Store, WorkerInfo
+from ferryq.store.base import PeriodicState, Store, WorkerInfo
 
 #: A worker whose last heartbeat is older than this is not counted as live.
 WORKER_ALIVE_SECONDS = 15.0
@@ -156,6 +156,7 @@ def _say(job: Job, reason: str, message: str, **data: Any) -> Explanation:
 class Stats:
     counts: dict[str, dict[str, int]]  # queue -> state -> count
     workers: list[WorkerInfo]
+    periodic: list[PeriodicState] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,6 +173,20 @@ class Stats:
                 }
                 for w in self.workers
             ],
+            "periodic": [
+                {
+                    "task": p.task,
+                    "schedule": p.schedule,
+                    "queue": p.queue,
+                    "catch_up": p.catch_up,
+                    "last_tick": p.last_tick,
+                    "last_job": p.last_job,
+                    "last_state": p.last_state,
+                    "next_tick": p.next_tick,
+                    "updated_at": p.updated_at,
+                }
+                for p in self.periodic
+            ],
         }
 
 
@@ -183,4 +198,4 @@ async def stats(store: Store, namespace: str, now: float) -> Stats:
         w for w in await store.worker_list(alive_since=now - WORKER_ALIVE_SECONDS)
         if w.namespace == namespace
     ]  # fmt: skip
-    return Stats(counts, workers)
+    return Stats(counts, workers, await store.periodic_list(namespace))
