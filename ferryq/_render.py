@@ -215,15 +215,28 @@ def errors_table(errors: Iterable[Mapping[str, Any]]) -> Table:
 
 
 def stages_table(stages: Iterable[Mapping[str, Any]]) -> Table:
+    """The stages a job went through, each with how it ended; the current stage, if
+    the job is not finished, is not among them yet."""
     table = _table()
-    for name in ("stage", "outcome", "started", "finished"):
-        table.add_column(name, overflow="fold")
-    for stage in stages:
+    for name in ("#", "stage", "outcome", "tries", "last try started", "finished"):
+        table.add_column(name, overflow="fold", justify="right" if name == "#" else "left")
+    for number, stage in enumerate(stages, 1):
         table.add_row(
-            text(stage.get("stage")), text(stage.get("outcome")),
-            when(stage.get("started_at")), when(stage.get("finished_at")),
+            str(number), text(stage.get("stage")), text(stage.get("outcome")),
+            text(stage.get("attempts")), when(stage.get("started_at")),
+            when(stage.get("finished_at")),
         )  # fmt: skip
     return table
+
+
+def stages_text(stages: Iterable[Mapping[str, Any]]) -> str:
+    """A stage history on one line: ``audit: next (1 try); transcode: dead (3 tries)``."""
+    parts = []
+    for stage in stages:
+        tries = stage.get("attempts")
+        count = "" if tries is None else f" ({tries} {'try' if tries == 1 else 'tries'})"
+        parts.append(f"{stage.get('stage') or 'first stage'}: {stage.get('outcome')}{count}")
+    return "; ".join(parts)
 
 
 # -- explain and stats ---------------------------------------------------------
@@ -235,6 +248,8 @@ def explanation_text(explanation: Explanation) -> Text:
     for key, value in explanation.data.items():
         if key == "error" and isinstance(value, Mapping):
             value = f"{value.get('type', 'error')}: {value.get('message', '')}"
+        elif key == "stages" and isinstance(value, list):
+            value = stages_text(value) or "-"
         elif key.endswith(("_at", "_until")) and isinstance(value, int | float):
             value = when(value)
         shown = value if isinstance(value, str) else json.dumps(plain(value), ensure_ascii=False)

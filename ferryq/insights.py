@@ -149,7 +149,14 @@ async def _explain_ready(store: Store, job: Job, now: float) -> Explanation:
 
 
 def _say(job: Job, reason: str, message: str, **data: Any) -> Explanation:
-    return Explanation(job.id, job.state, reason, f"job {job.id}: {message}", data)
+    if job.stage is None and not job.stages:
+        return Explanation(job.id, job.state, reason, f"job {job.id}: {message}", data)
+    # A multi-stage job: which stage this is about, and how the earlier ones went.
+    number = 1 + sum(1 for record in job.stages if record.get("outcome") == "next")
+    name = "" if job.stage is None else f", {job.stage!r}"
+    data.update(stage=job.stage, stage_number=number, stages=job.stages)
+    return Explanation(job.id, job.state, reason, f"job {job.id} (stage {number}{name}): {message}",
+                       data)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
