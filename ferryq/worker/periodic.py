@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ferryq.periodic")
 
+#: How often the leader declares its periodic tasks again (schedule changes, the
+#: time shown as their last update).
+DECLARE_EVERY = 30.0
+
 
 def leadership(namespace: str, tasks: list[str]) -> str:
     digest = hashlib.sha256("\n".join([namespace, *sorted(tasks)]).encode()).hexdigest()
@@ -47,11 +51,18 @@ class Scheduler:
             PeriodicEntry(p.task, p.schedule.spec, p.queue, p.catch_up)
             for p in app.schedules.values()
         ]
+        self._declared_at: float | None = None
 
     async def tick(self, store: Store, now: float) -> list[int]:
         """Enqueue every tick due by ``now``; return the ids of the jobs it created."""
         created: list[int] = []
-        states = await store.periodic_sync(self.app.namespace, self.entries, now)
+        # The tasks are declared (a write) now and then; in between, a read will do.
+        declared = self._declared_at
+        if declared is None or not 0 <= now - declared < DECLARE_EVERY:
+            states = await store.periodic_sync(self.app.namespace, self.entries, now)
+            self._declared_at = now
+        else:
+            states = await store.periodic_list(self.app.namespace)
         for state in states:
             schedule = self.app.schedules.get(state.task)
             if schedule is not None:
@@ -71,13 +82,16 @@ class Scheduler:
             last = (tick, handle.id)
             if handle.created:
                 created.append(handle.id)
+        checked_until = max(state.checked_until, now)
+        next_tick = task.schedule.next_after(checked_until)
+        if not ticks and next_tick == state.next_tick:
+            return []  # no tick passed since the last round: nothing to write
         skipped = _count_skipped(task, state.checked_until, now, ticks)
         if skipped:
             log.warning("periodic task %s: %d missed tick(s) skipped (catch_up=%d)",
                         task.task, skipped, task.catch_up)  # fmt: skip
-        checked_until = max(state.checked_until, now)
         advance = PeriodicAdvance(
-            checked_until=checked_until, next_tick=task.schedule.next_after(checked_until),
+            checked_until=checked_until, next_tick=next_tick,
             updated_at=now, last_tick=last[0] if last else None,
             last_job=last[1] if last else None,
         )  # fmt: skip

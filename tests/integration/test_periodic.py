@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -222,3 +223,27 @@ async def test_a_worker_enqueues_and_runs_periodic_jobs(
     store: Store = await app.store()
     assert [s.task for s in await store.periodic_list(app.namespace)] == [TASK]
     assert (await app.stats_async()).to_dict()["periodic"][0]["last_state"] == "succeeded"
+
+
+async def test_a_round_without_a_due_tick_writes_nothing(
+    apps: Callable[..., ferryq.App], clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = await loop_of(apps(), "w1")
+    writes: list[str] = []
+    for name in ("periodic_sync", "periodic_advance"):
+        real = getattr(loop.store, name)
+
+        async def counted(*args: object, _real: Any = real, _name: str = name) -> Any:
+            writes.append(_name)
+            return await _real(*args)
+
+        monkeypatch.setattr(loop.store, name, counted)
+    await loop.once()  # declares the task and records its next tick
+    assert writes == ["periodic_sync", "periodic_advance"]
+    for _ in range(4):
+        clock.advance(5)
+        assert await loop.once() == []
+    assert writes == ["periodic_sync", "periodic_advance"]
+    clock.advance(MINUTE)  # a tick passed, and the declaration is due again
+    assert len(await loop.once()) == 1
+    assert writes[2:] == ["periodic_sync", "periodic_advance"]
