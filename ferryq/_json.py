@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from json import encoder as _std
 from typing import Any
 
 from ferryq.errors import SerializationError
 
+#: Python strings may hold halves of surrogate pairs; no database can store them.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
@@ -36,9 +39,12 @@ _fast = _make_fast()
 
 def dumps(value: Any, what: str = "value") -> str:
     try:
-        return _encoder.encode(value) if _fast is None else _fast(value)
+        text = _encoder.encode(value) if _fast is None else _fast(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
+    if _LONE_SURROGATE.search(text):
+        raise SerializationError(f"{what} cannot be stored: a string holds a lone surrogate")
+    return text
 
 
 def dumps_many(values: Iterable[Any], what: str = "value") -> list[str]:

@@ -245,13 +245,16 @@ class App:
         encoded_args: Sequence[str],
         options: JobOptions,
         connection: object | None = None,
+        payload_limit: int | None = None,
     ) -> list[JobHandle]:
         """Insert jobs whose args are already JSON; every option is validated first.
 
         With ``connection`` (asyncpg, or psycopg 3 async), the jobs are inserted on it,
         inside the caller's open transaction: they exist only if it commits.
+        ``payload_limit`` replaces ``max_payload_bytes`` for callers that bound their
+        input themselves (the HTTP API stores a 1 MiB binary body as base64).
         """
-        job = self._new_job(task, encoded_args, options)
+        job = self._new_job(task, encoded_args, options, payload_limit)
         if not encoded_args:
             return []
         if connection is not None:
@@ -270,13 +273,31 @@ class App:
         inserted = insert_on_connection(connection, job, encoded_args) if encoded_args else []
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
-    def _new_job(self, task: str, encoded_args: Sequence[str], options: JobOptions) -> NewJob:
+    def check_enqueue(
+        self,
+        task: str,
+        encoded_args: Sequence[str],
+        options: JobOptions,
+        payload_limit: int | None = None,
+    ) -> None:
+        """Raise what ``enqueue_raw`` would raise for these jobs, writing nothing."""
+        self._new_job(task, encoded_args, options, payload_limit)
+
+    def _new_job(
+        self,
+        task: str,
+        encoded_args: Sequence[str],
+        options: JobOptions,
+        payload_limit: int | None = None,
+    ) -> NewJob:
+        options.validate()
         now = self.clock()
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
-        if any(len(args) * 4 > self.max_payload_bytes for args in encoded_args):
+        limit = payload_limit or self.max_payload_bytes
+        if any(len(args) * 4 > limit for args in encoded_args):
             for args in encoded_args:
-                self._check_size(f"arguments of {task}", args)
+                self._check_size(f"arguments of {task}", args, limit)
         job = NewJob(
             namespace=options.namespace or self.namespace,
             queue=options.queue or "default",
@@ -306,9 +327,9 @@ class App:
         self._check_size("meta", job.meta)
         return job
 
-    def _check_size(self, what: str, text: str) -> None:
+    def _check_size(self, what: str, text: str, limit: int | None = None) -> None:
         # A character is at most 4 bytes in UTF-8: encode only texts that may be too big.
-        limit = self.max_payload_bytes
+        limit = limit or self.max_payload_bytes
         if len(text) * 4 > limit and (size := len(text.encode())) > limit:
             raise SerializationError(f"{what}: {size} bytes, over the limit of {limit} bytes")
 

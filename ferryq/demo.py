@@ -1,10 +1,13 @@
 """``ferryq demo``: a short story of jobs on a fresh SQLite file, watched live.
 
-Worker processes run :mod:`ferryq.demo_tasks`; this process enqueues the story, shows
-the counts by state and the busiest lanes until every job is finished (or time runs
-out), then explains the job that died, shows from the stored times that each post's
-comments ran in order and that a slow tenant's backlog did not hold up another tenant,
-and prints commands to look further. Ctrl-C stops everything cleanly.
+Worker processes run :mod:`ferryq.demo_tasks`, and a ``ferryq server`` serves the
+dashboard on the same database (its address and a fresh admin password are printed
+first); this process enqueues the story, shows the counts by state and the busiest
+lanes until every job is finished (or time runs out), then explains the job that died,
+shows from the stored times that each post's comments ran in order and that a slow
+tenant's backlog did not hold up another tenant, and prints commands to look further.
+In a terminal the server and the workers then stay up for the dashboard until Ctrl-C;
+Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
+import secrets
+import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +48,9 @@ TENANT_LIMIT = 2
 REFRESH_SECONDS = 0.25
 LANES_SHOWN = 5
 STOP_SECONDS = 15.0
+DASHBOARD_PORT = 7777  # the server's default; any free port when it is taken
+DASHBOARD_USER = "admin"
+SERVER_START_SECONDS = 20.0
 
 console = Console(highlight=False)
 
@@ -60,6 +70,16 @@ class WorkersGone(Exception):
     """Every worker process exited while the story was still running."""
 
 
+@dataclass(frozen=True, slots=True)
+class Dashboard:
+    url: str
+    user: str
+    password: str
+
+    def sign_in(self) -> str:
+        return f"{self.url}  (sign in as {self.user}, password {self.password})"
+
+
 def run(seconds: float = 60.0, workers: int = 2) -> int:
     """Run the demo; the process exit code."""
     folder = Path(tempfile.mkdtemp(prefix="ferryq-demo-"))
@@ -68,6 +88,7 @@ def run(seconds: float = 60.0, workers: int = 2) -> int:
     previous_term = signal.signal(signal.SIGTERM, _interrupt)
     previous_int = signal.getsignal(signal.SIGINT)
     procs: list[subprocess.Popen[bytes]] = []
+    servers: list[subprocess.Popen[bytes]] = []
     app: App | None = None
     try:
         from ferryq import demo_tasks
@@ -76,10 +97,17 @@ def run(seconds: float = 60.0, workers: int = 2) -> int:
         app.url = url
         console.print(f"ferryq demo: database {folder / 'demo.db'}, {workers} worker(s)")
         start_workers(url, workers, folder, procs)
+        dashboard = start_server(url, folder, servers)
+        if dashboard is None:
+            console.print(f"[yellow]the dashboard did not start; see {folder}/server.log[/yellow]")
+        else:
+            console.print(Text(f"dashboard:   {dashboard.sign_in()}"))
         story = enqueue_story()
         started = time.monotonic()
         current, complete = watch(app, story, started + seconds, procs)
         summarize(app, story, current, complete, time.monotonic() - started, folder)
+        if dashboard is not None and sys.stdin.isatty():
+            stay_up(dashboard, servers)
         return 0
     except WorkersGone:
         console.print(f"[red]the workers exited early; see {folder}/worker-*.log[/red]")
@@ -89,7 +117,7 @@ def run(seconds: float = 60.0, workers: int = 2) -> int:
         return 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave orphans
-        stop_workers(procs)
+        stop_workers(procs + servers)
         if app is not None:
             close(app)
         signal.signal(signal.SIGTERM, previous_term)
@@ -127,6 +155,66 @@ def start_workers(url: str, count: int, folder: Path, procs: list[subprocess.Pop
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             ))  # fmt: skip
+
+
+def start_server(
+    url: str, folder: Path, servers: list[subprocess.Popen[bytes]]
+) -> Dashboard | None:
+    """Start ``ferryq server`` with a fresh admin password; None if it did not come up.
+
+    The credential reaches the server through its environment, not its command line,
+    where other users of the machine could read it.
+    """
+    password = secrets.token_urlsafe(9)
+    env = {**os.environ, "FERRYQ_ADMIN_CREDENTIAL": f"{DASHBOARD_USER}:{password}"}
+    port = DASHBOARD_PORT if _port_free(DASHBOARD_PORT) else 0
+    command = [sys.executable, "-m", "ferryq", "server", "--url", url, "--port", str(port),
+               "--admin-port", "0"]  # fmt: skip
+    with open(folder / "server.log", "wb") as log:
+        server = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    servers.append(server)
+    match = re.match(r"ferryq server listening api=(\S+) admin=", _first_line(server))
+    return None if match is None else Dashboard(f"{match[1]}/", DASHBOARD_USER, password)
+
+
+def _first_line(proc: subprocess.Popen[bytes]) -> str:
+    """The first line the process writes, or "" if none comes in time."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    line = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
+            if not selector.select(left):
+                break
+            chunk = os.read(proc.stdout.fileno(), 1)
+            if not chunk:
+                break
+            line += chunk
+    return line.decode(errors="replace").strip()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def stay_up(dashboard: Dashboard, servers: list[subprocess.Popen[bytes]]) -> None:
+    """Keep the dashboard and the workers running until Ctrl-C (or the server exits)."""
+    console.print(Text(f"\nthe dashboard stays up until Ctrl-C: {dashboard.sign_in()}"))
+    try:
+        while all(server.poll() is None for server in servers):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        console.print("\nstopping the server and the workers")
 
 
 def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -80,7 +80,7 @@ class JobOptions:
 
 
 def _check_name(option: str, value: str | None) -> None:
-    if value is not None and not (isinstance(value, str) and NAME_RE.match(value)):
+    if value is not None and not (isinstance(value, str) and NAME_RE.fullmatch(value)):
         raise ValueError(
             f"{option} must be 1 to 255 characters of letters, digits and -_.: (got {value!r})"
         )

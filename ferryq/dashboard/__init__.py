@@ -8,6 +8,19 @@ sign in and what they see.
 
 from __future__ import annotations
 
-from ferryq.dashboard.routes import build_dashboard
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from ferryq.server.engine import Engine
 
 __all__ = ["build_dashboard"]
+
+
+def build_dashboard(engine: Engine, credential: str | None, base: str = "/ui") -> Starlette:
+    """The dashboard app, to be mounted at ``base`` on the API port."""
+    # Imported here: the routes use ferryq.server, whose app imports this package.
+    from ferryq.dashboard.routes import build_dashboard as build
+
+    return build(engine, credential, base)

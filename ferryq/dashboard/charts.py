@@ -127,7 +127,7 @@ def _line(
                 out.append(f'<polyline class="{css}" points="{" ".join(run)}"/>')
             elif len(run) == 1:
                 cx, cy = run[0].split(",")
-                out.append(f'<circle class="{css}" cx="{cx}" cy="{cy}" r="2"/>')
+                out.append(f'<circle class="{css}" cx="{cx}" cy="{cy}" r="3"/>')
             run = []
             continue
         x = LEFT + (i + 0.5) * step

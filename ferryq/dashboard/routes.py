@@ -9,7 +9,6 @@ fetches it every few seconds and swaps it in.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from ferryq.dashboard.auth import (
     csrf_ok,
     new_csrf,
 )
+from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import TERMINAL_STATES, Job, State
@@ -46,7 +46,8 @@ PAGE_SIZE = 50
 MAX_IDS = 500  # jobs one action may name
 MAX_FORM_BYTES = 64 * 1024
 MAX_TEXT = 200
-OVERVIEW_CACHE_SECONDS = 2.0
+#: How long a page waits for a first overview before it says it is still counting.
+OVERVIEW_WAIT_SECONDS = 1.0
 FAILED_LOGIN_PAUSE = 0.5
 FRAGMENT_HEADER = "x-ferryq-fragment"
 NAV = (("overview", "Overview", "/"), ("jobs", "Jobs", "/jobs"), ("dead", "Dead letters", "/dead"),
@@ -93,8 +94,8 @@ class Dashboard:
         self.env.globals.update(when=insights.when, ago=views.ago, pretty=views.pretty,
                                 brief=views.brief, seconds=views.seconds, base=base,
                                 states=views.STATES, nav=NAV)  # fmt: skip
-        self._overviews: dict[str | None, tuple[float, views.Overview]] = {}
-        self._overview_lock = asyncio.Lock()
+        self.overviews = Overviews(engine.app.url, engine.now)
+        self._failures = asyncio.Lock()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -171,24 +172,15 @@ class Dashboard:
 
     async def overview(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer)
-        data = await self._overview(namespace)
+        data = await self.overviews.get(namespace, wait=OVERVIEW_WAIT_SECONDS)
+        if data is None:  # still counting: the page's script fetches it again shortly
+            return self.render(request, viewer, "overview.html", title="Overview",
+                               active="overview", fragment="fragments/counting.html",
+                               ns=namespace or "")  # fmt: skip
         return self.render(request, viewer, "overview.html", title="Overview", active="overview",
                            fragment="fragments/overview.html", o=data, ns=namespace or "",
                            throughput=charts.throughput(data.activity),
                            lag=charts.lag(data.activity))  # fmt: skip
-
-    async def _overview(self, namespace: str | None) -> views.Overview:
-        # Counting a long history is the costliest read here: one count serves every
-        # open tab for a couple of seconds.
-        async with self._overview_lock:
-            cached = self._overviews.get(namespace)
-            if cached is not None and time.monotonic() - cached[0] < OVERVIEW_CACHE_SECONDS:
-                return cached[1]
-            data = await views.overview(self.engine.store, namespace, self.engine.now())
-            if len(self._overviews) > 100:
-                self._overviews.clear()
-            self._overviews[namespace] = (time.monotonic(), data)
-            return data
 
     async def jobs(self, request: Request, viewer: Viewer) -> Response:
         query = request.query_params
@@ -332,11 +324,13 @@ class Dashboard:
     async def login_form(self, request: Request) -> Response:
         return self._login_page(request, None, 200)
 
-    def _login_page(self, request: Request, error: str | None, status: int) -> Response:
+    def _login_page(
+        self, request: Request, error: str | None, status: int, after: str | None = None
+    ) -> Response:
         csrf = new_csrf()
         response = self.render(request, None, "login.html", status, title="Sign in", active="",
                                csrf=csrf, error=error, admin=self.sessions.admin_enabled,
-                               next=_next(request.query_params.get("next"), self.base),
+                               next=_next(after or request.query_params.get("next"), self.base),
                                notice=None)  # fmt: skip
         self._cookie(request, response, LOGIN_COOKIE, csrf, 3600)
         return response
@@ -350,11 +344,15 @@ class Dashboard:
             return self.render_error(request, 400, str(exc))
         expected = request.cookies.get(LOGIN_COOKIE)
         if expected is None or not csrf_ok(expected, form.get("csrf") or None):
-            return self._login_page(request, "The sign-in form expired; try again.", 403)
+            message = "The sign-in form expired; try again."
+            return self._login_page(request, message, 403, form.get("next"))
         viewer = await self._sign_in(form)
         if viewer is None:
-            await asyncio.sleep(FAILED_LOGIN_PAUSE)  # slows guessing down
-            return self._login_page(request, "Wrong credential or token.", 401)
+            # Failures wait their turn, one pause each: guessing goes at two tries a
+            # second at most, however many are sent at once.
+            async with self._failures:
+                await asyncio.sleep(FAILED_LOGIN_PAUSE)
+            return self._login_page(request, "Wrong credential or token.", 401, form.get("next"))
         response = RedirectResponse(_next(form.get("next"), self.base), 303)
         self._cookie(request, response, COOKIE, self.sessions.sign(viewer), SESSION_SECONDS)
         response.delete_cookie(LOGIN_COOKIE, path=self.base)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferryq import insights
-from ferryq.job import TERMINAL_STATES, Job, State
+from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import JobFilter, LaneInfo, Store, WorkerInfo
+from ferryq.worker.executor import LeaseExpired
 
 #: The activity charts: one bar per minute over the last hour.
 BUCKET_SECONDS = 60.0
@@ -28,7 +29,7 @@ ACTIVITY_MAX_JOBS = 5000
 #: A job that finished within the hour was enqueued within it or a little before it;
 #: older jobs (long delays, long backoffs) are left out of the charts.
 ACTIVITY_LOOKBACK_SLACK = 3600.0
-LEASE_EXPIRED = "LeaseExpired"
+LEASE_EXPIRED = LeaseExpired.__name__  # the error type of an attempt whose lease ran out
 STATES = [s.value for s in State]
 
 
@@ -101,6 +102,7 @@ class Overview:
     recent_dead: list[Job]
     halted: list[LaneInfo]
     workers: list[WorkerInfo]
+    at: float  # when it was computed
 
 
 def count_rows(counts: dict[tuple[str, str, str], int]) -> tuple[list[QueueRow], dict[str, int]]:
@@ -125,7 +127,7 @@ async def overview(store: Store, namespace: str | None, now: float) -> Overview:
     ]  # fmt: skip
     return Overview(
         rows, totals, await activity(store, namespace, now), dead, halted,
-        await live_workers(store, namespace, now),
+        await live_workers(store, namespace, now), now,
     )  # fmt: skip
 
 
@@ -295,7 +297,3 @@ async def lanes_page(store: Store, namespace: str, limit: int = 50) -> LanesPage
     halted = [lane for lane in listed if lane.halted_by is not None]
     busy = [lane for lane in listed if lane.waiting or lane.admitted or lane.running]
     return LanesPage(namespace, busy, halted, await store.lane_rules(namespace))
-
-
-def is_terminal(state: State) -> bool:
-    return state in TERMINAL_STATES

@@ -17,7 +17,10 @@ import socket
 from collections.abc import Sequence
 
 from ferryq.app import App
+from ferryq.handle import JobHandle
 from ferryq.job import Job
+from ferryq.policy import JobOptions
+from ferryq.server.batching import Coalescer, split
 from ferryq.server.tokens import RateLimiter, TokenCache
 from ferryq.store.base import Store
 from ferryq.worker.maintenance import MaintenanceLoop
@@ -27,6 +30,8 @@ log = logging.getLogger("ferryq.server")
 #: How long a waiting consumer goes without looking again, at most: a delayed job that
 #: came due, or a change no notification announced, is seen within this.
 RECHECK_SECONDS = 0.25
+#: Wake-ups of waiting consumers by other processes' writes are at least this far apart.
+WAKE_SPACING = 0.005
 
 
 class Engine:
@@ -45,6 +50,10 @@ class Engine:
         self._services: list[asyncio.Task[None]] = []
         self._maintenance: MaintenanceLoop | None = None
         self.closing = False
+        # Concurrent requests of one kind share a transaction (see batching.py).
+        self._takes = Coalescer(self._take_batch)
+        self._acks = Coalescer(self._ack_batch)
+        self._inserts = Coalescer(self._insert_batch)
 
     @property
     def store(self) -> Store:
@@ -125,8 +134,49 @@ class Engine:
             want = count - len(taken)
             if want <= 0:
                 break
-            taken += await self.store.job_take(namespace, queue, want, self.id, ttr, self.now())
+            taken += await self._takes.submit((namespace, queue, ttr), want)
         return taken
+
+    async def _take_batch(self, key: tuple[str, str, float], counts: list[int]) -> list[list[Job]]:
+        namespace, queue, ttr = key
+        jobs = await self.store.job_take(namespace, queue, sum(counts), self.id, ttr, self.now())
+        return split(jobs, counts)  # first come, first served
+
+    # -- producers and acks ------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: str,
+        encoded_args: list[str],
+        options: JobOptions,
+        payload_limit: int | None = None,
+    ) -> list[int]:
+        """Insert jobs (args already JSON) and wake waiting consumers; their ids.
+
+        Concurrent enqueues with the same task and options go in one transaction.
+        ``payload_limit``: as in ``App.enqueue_raw``.
+        """
+        self.app.check_enqueue(task, encoded_args, options, payload_limit)
+        key = (task, repr(options), payload_limit)
+        handles = await self._inserts.submit(key, (encoded_args, options))
+        self.notify()
+        return [handle.id for handle in handles]
+
+    async def _insert_batch(
+        self, key: tuple[str, str, int | None], parts: list[tuple[list[str], JobOptions]]
+    ) -> list[list[JobHandle]]:
+        task, options, limit = key[0], parts[0][1], key[2]
+        args = [a for encoded, _ in parts for a in encoded]
+        handles = await self.app.enqueue_raw(task, args, options, payload_limit=limit)
+        return split(handles, [len(args) for args, _ in parts])
+
+    async def ack(self, namespace: str, queue: str, job_id: int) -> bool:
+        """End the job as succeeded (see Store.job_ack); False if it was not there."""
+        return await self._acks.submit((namespace, queue), job_id)
+
+    async def _ack_batch(self, key: tuple[str, str], ids: list[int]) -> list[bool]:
+        acked = set(await self.store.job_ack(key[0], key[1], ids, self.now()))
+        return [job_id in acked for job_id in ids]
 
     def _ensure_watcher(self) -> None:
         if self._watcher is None or self._watcher.done():
@@ -136,8 +186,13 @@ class Engine:
         """While consumers wait, wake them when another process may have written."""
         while self._waiting:
             try:
-                if await self.store.wait_for_change(RECHECK_SECONDS):
-                    self.notify()
+                changed = await self.store.wait_for_change(RECHECK_SECONDS)
             except Exception:
                 log.exception("watching for new jobs failed")
                 await asyncio.sleep(RECHECK_SECONDS)
+                continue
+            if changed:
+                self.notify()
+                # A store reports the change again, without waiting, until the next take
+                # has looked: let the consumers just woken take first.
+                await asyncio.sleep(WAKE_SPACING)

@@ -39,6 +39,9 @@ MAX_COUNT = 100
 #: A consume blocks at most this long, whatever its timeout asks (it may ask again).
 MAX_BLOCK_SECONDS = 600
 MAX_DEAD_LIMIT = 10_000
+#: A body is bounded as it arrives (MAX_BODY_BYTES); stored as a JSON string it may grow:
+#: by a third as base64, up to six times as escaped text.
+ARGS_LIMIT = 6 * http.MAX_BODY_BYTES + 2
 
 Handler = Callable[[Request, str, str, Token], Awaitable[Response]]
 
@@ -109,6 +112,16 @@ class LmstfyApi:
     # -- publish -----------------------------------------------------------------
 
     async def publish(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        return await self._publish(request, ns, q, token, replaces=None)
+
+    async def republish(self, request: Request, ns: str, q: str, token: Token) -> Response:
+        """Drop job ``job_id`` and publish the body as a new job; a refused request
+        leaves the old job as it was."""
+        return await self._publish(request, ns, q, token, replaces=_job_id(request))
+
+    async def _publish(
+        self, request: Request, ns: str, q: str, token: Token, replaces: int | None
+    ) -> Response:
         options = _publish_options(request, ns, q)
         if isinstance(options, Response):
             return options
@@ -119,6 +132,8 @@ class LmstfyApi:
         if (refused := self._limited(token, "write")) is not None:
             return refused
         try:
+            if replaces is not None:
+                await self.engine.ack(ns, q, replaces)
             ids = await self._insert(options, [body])
         except BaseException:
             self.engine.limiter.refund(token, "write")
@@ -154,26 +169,23 @@ class LmstfyApi:
             raise
         return http.json(201, {"msg": "published", "job_ids": ids})
 
-    async def republish(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        job_id = _job_id(request)
-        if job_id is not None:
-            await self.engine.store.job_ack(ns, q, [job_id], self.engine.now())
-        return await self.publish(request, ns, q, token)
-
     async def _insert(self, options: JobOptions, bodies: list[bytes]) -> list[str]:
         encoded = [_encode_body(body) for body in bodies]
         texts = [jsonlib.dumps(text, ensure_ascii=False) for text, _ in encoded]
         encodings = {encoding for _, encoding in encoded}
-        app = self.engine.app
+
+        def enqueue(texts: list[str], encoding: str) -> Awaitable[list[int]]:
+            with_encoding = _with_encoding(options, encoding)
+            return self.engine.enqueue(TASK, texts, with_encoding, payload_limit=ARGS_LIMIT)
+
         if len(encodings) == 1:
-            handles = await app.enqueue_raw(TASK, texts, _with_encoding(options, encodings.pop()))
+            ids = await enqueue(texts, encodings.pop())
         else:  # a bulk of text and binary bodies: one by one, so ids keep the order
-            handles = [
-                (await app.enqueue_raw(TASK, [text], _with_encoding(options, encoding)))[0]
+            ids = [
+                (await enqueue([text], encoding))[0]
                 for text, (_, encoding) in zip(texts, encoded, strict=True)
             ]
-        self.engine.notify()
-        return [str(handle.id) for handle in handles]
+        return [str(job_id) for job_id in ids]
 
     # -- consume and ack ---------------------------------------------------------
 
@@ -220,7 +232,7 @@ class LmstfyApi:
         job_id = _job_id(request)
         if job_id is None:
             return NO_CONTENT
-        if await self.engine.store.job_ack(ns, q, [job_id], self.engine.now()):
+        if await self.engine.ack(ns, q, job_id):
             metrics.FINISHED.inc(1, ns, q, "succeeded")
         return NO_CONTENT
 

@@ -5,44 +5,41 @@ checked before the body is read; the token's namespace scopes everything, so a j
 another namespace is "not found" exactly as a missing one. Jobs are enqueued through
 ``App.enqueue_raw`` with the options validated as the Python API validates them, and
 read through the store and ``ferryq.insights``: the server holds one store for every
-namespace. Every refusal is ``{"error": "message"}``; the request shapes are in
-``native_models``.
+namespace. What every route checks first, and the shape of refusals
+(``{"error": "message"}``), are in ``native_guard``; the request and response shapes,
+in ``native_models``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Query, Security
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from fastapi import APIRouter
 from starlette.responses import Response
-from starlette.types import Message
 
 from ferryq import _json, backoff, insights, lanes, policy
 from ferryq.errors import InvalidTransition, JobFailed, JobNotFound, SerializationError
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
-from ferryq.policy import NAME_RE, JobOptions
+from ferryq.policy import JobOptions
 from ferryq.server import http
 from ferryq.server.engine import RECHECK_SECONDS, Engine
-from ferryq.server.http import NO_CONTENT, RequestTooLarge, error
+from ferryq.server.http import NO_CONTENT
+from ferryq.server.native_guard import ApiError, Caller, answer, refusals, route_class
 from ferryq.server.native_models import (
-    MAX_TEXT,
-    NO_NUL,
+    DEFAULT_WAIT_SECONDS,
+    AfterQuery,
+    ArgsTextQuery,
     BatchIn,
     BatchOut,
     EnqueuedOut,
     EnqueueIn,
-    ErrorOut,
     ExplanationOut,
     JobFailedOut,
+    JobIdPath,
     JobIdsIn,
     JobOptionsIn,
     JobOut,
@@ -51,172 +48,21 @@ from ferryq.server.native_models import (
     LaneRuleOut,
     LaneRulesOut,
     LanesOut,
-    PositiveSeconds,
+    LimitQuery,
+    PatternQuery,
     PurgedOut,
+    QueueQuery,
     RespawnedOut,
     ResultOut,
     StatsOut,
+    TextQuery,
+    TtlQuery,
+    WaitQuery,
     WorkersOut,
 )
-from ferryq.server.tokens import POOL, split_pool
 from ferryq.store.base import JobFilter, Store, Token, WorkerInfo
 
-#: One job: args and context of up to 1 MiB each (App.max_payload_bytes), with room
-#: for the escapes JSON may spend on them.
-BODY_BYTES = 3 << 20
-BATCH_BODY_BYTES = 16 << 20
-MAX_PAGE = 1000
-MAX_WAIT_SECONDS = 60.0
-DEFAULT_WAIT_SECONDS = 30.0
 RESPAWNABLE = frozenset({State.DEAD, State.CANCELLED, State.EXPIRED})
-_TOKEN_KEY = "ferryq.token"
-
-
-class ApiError(Exception):
-    """A refusal: the status and the message of its ``{"error": ...}`` body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-# -- the caller's token ----------------------------------------------------------------
-
-_TOKEN_HEADER = APIKeyHeader(name="X-Token", auto_error=False, scheme_name="token")
-_BEARER = HTTPBearer(auto_error=False, scheme_name="bearer")
-
-
-async def _caller(
-    request: Request,
-    _header: Annotated[str | None, Security(_TOKEN_HEADER)],
-    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
-) -> Token:
-    """The token the route class checked (the parameters document the schemes)."""
-    token: Token = request.scope[_TOKEN_KEY]
-    return token
-
-
-Caller = Annotated[Token, Depends(_caller)]
-
-
-async def _authorize(engine: Engine, request: Request) -> Token:
-    raw = request.headers.get("x-token")
-    if raw is None:
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        raw = value.strip() if scheme.lower() == "bearer" else None
-    if not raw:
-        raise ApiError(401, "token required: send it as X-Token or Authorization: Bearer")
-    pool, secret = split_pool(raw)
-    token = await engine.tokens.lookup(secret) if pool == POOL and secret else None
-    if token is None:
-        raise ApiError(401, "invalid token")
-    return token
-
-
-# -- what every route does first -------------------------------------------------------
-
-
-def _route_class(engine: Engine) -> type[APIRoute]:
-    class NativeRoute(APIRoute):
-        """The token first, then a bounded body; every refusal as ``{"error": ...}``."""
-
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            handle = super().get_route_handler()
-            limit = BATCH_BODY_BYTES if self.path.endswith("/batch") else BODY_BYTES
-            has_body = self.body_field is not None
-
-            async def guarded(request: Request) -> Response:
-                try:
-                    request.scope[_TOKEN_KEY] = await _authorize(engine, request)
-                    return await handle(await _bounded(request, limit) if has_body else request)
-                except ApiError as exc:
-                    return error(exc.status, exc.message)
-                except RequestValidationError as exc:
-                    return error(422, _describe(exc))
-                except HTTPException as exc:  # FastAPI's own: a body it could not parse
-                    return error(exc.status_code, str(exc.detail))
-
-            return guarded
-
-    return NativeRoute
-
-
-async def _bounded(request: Request, limit: int) -> Request:
-    """The request with its body read already, refused past ``limit`` bytes."""
-    try:
-        body = await http.read_body(request, limit)
-    except RequestTooLarge:
-        raise ApiError(413, f"the request body is over the limit of {limit} bytes") from None
-    replayed = False
-
-    async def receive() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await request.receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return Request(request.scope, receive)
-
-
-def _describe(exc: RequestValidationError) -> str:
-    problems = []
-    for problem in list(exc.errors())[:5]:
-        if problem.get("type") == "json_invalid":
-            reason = problem.get("ctx", {}).get("error", "")
-            problems.append(f"the body is not valid JSON: {reason}")
-            continue
-        loc = [str(part) for part in problem.get("loc", ())]
-        where = ".".join(loc[1:]) or (loc[0] if loc else "request")
-        problems.append(f"{where}: {problem.get('msg', 'invalid')}")
-    return "; ".join(problems) or "invalid request"
-
-
-# -- the documented answers ------------------------------------------------------------
-
-_REFUSALS = {
-    400: "Values the schema allows but ferryq refuses; the message says which.",
-    401: "No token, or not a token of any namespace.",
-    404: "No such job in the token's namespace (or no such lane rule).",
-    409: "The job's state does not allow this.",
-    413: "The request body is over the limit.",
-    422: "The request does not match the schema: malformed JSON, wrong types, missing or "
-    "unknown fields, values out of range.",
-    429: "The token's publish rate limit is reached; retry later.",
-}
-
-
-def _refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorOut, "description": _REFUSALS[code]}
-            for code in sorted({401, *codes})}  # fmt: skip
-
-
-def _answer(model: type[Any], description: str) -> dict[str, Any]:
-    return {"model": model, "description": description}
-
-
-JobIdPath = Annotated[int, Path(ge=1, le=(1 << 63) - 1, description="The job's id.")]
-TextQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL)]
-ArgsTextQuery = Annotated[
-    str | None,
-    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
-          description="A substring of the job's arguments as JSON."),
-]  # fmt: skip
-AfterQuery = Annotated[
-    int | None,
-    Query(ge=1, le=(1 << 63) - 1, description="The `next` of the previous page."),
-]
-LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
-WaitQuery = Annotated[
-    float,
-    Query(ge=0.0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
-          description="Seconds to wait for the job to finish."),
-]  # fmt: skip
-TtlQuery = Annotated[PositiveSeconds | None, Query(description="A new ttl, from now.")]
-PatternPath = Annotated[
-    str, Path(max_length=MAX_TEXT, pattern=NO_NUL, description="A lane, or a prefix: tenant:*")
-]
 
 
 class NativeApi:
@@ -224,64 +70,64 @@ class NativeApi:
         self.engine = engine
 
     def router(self) -> APIRouter:
-        router = APIRouter(prefix="/v1", route_class=_route_class(self.engine), tags=["v1"])
-        job_routes: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = [
+        router = APIRouter(prefix="/v1", route_class=route_class(self.engine), tags=["v1"])
+        routes: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = [
             ("POST", "/jobs", self.enqueue, dict(
                 status_code=201, response_model=EnqueuedOut,
-                responses={200: _answer(EnqueuedOut, "Deduplicated: an unfinished job (or one "
+                responses={200: answer(EnqueuedOut, "Deduplicated: an unfinished job (or one "
                                         "created within unique_for) has the unique_key."),
-                           **_refusals(400, 413, 422, 429)},
+                           **refusals(400, 413, 422, 429)},
                 summary="Enqueue a job")),
             ("POST", "/jobs/batch", self.enqueue_batch, dict(
                 status_code=201, response_model=BatchOut,
-                responses={200: _answer(BatchOut, "Every job was deduplicated."),
-                           **_refusals(400, 413, 422, 429)},
+                responses={200: answer(BatchOut, "Every job was deduplicated."),
+                           **refusals(400, 413, 422, 429)},
                 summary="Enqueue jobs of one task and options, one per args, in one transaction")),
             ("GET", "/jobs", self.list_jobs, dict(
-                response_model=JobPageOut, responses=_refusals(422),
+                response_model=JobPageOut, responses=refusals(422),
                 summary="List jobs, newest first, with keyset paging")),
             ("GET", "/jobs/{job_id}", self.get_job, dict(
-                response_model=JobOut, responses=_refusals(404, 422), summary="A job")),
+                response_model=JobOut, responses=refusals(404, 422), summary="A job")),
             ("GET", "/jobs/{job_id}/explain", self.explain, dict(
-                response_model=ExplanationOut, responses=_refusals(404, 422),
+                response_model=ExplanationOut, responses=refusals(404, 422),
                 summary="Why a job is (not) running")),
             ("GET", "/jobs/{job_id}/result", self.result, dict(
                 response_model=ResultOut,
-                responses={202: _answer(ResultOut, "Not finished within the timeout; ask again."),
-                           409: _answer(JobFailedOut, "The job ended dead, cancelled or "
+                responses={202: answer(ResultOut, "Not finished within the timeout; ask again."),
+                           409: answer(JobFailedOut, "The job ended dead, cancelled or "
                                         "expired; job_error is its stored error."),
-                           **_refusals(404, 422)},
+                           **refusals(404, 422)},
                 summary="Wait for a job's result")),
             ("POST", "/jobs/{job_id}/cancel", self.cancel, dict(
-                response_model=JobOut, responses=_refusals(404, 409, 422),
+                response_model=JobOut, responses=refusals(404, 409, 422),
                 summary="Cancel a job (a running one is asked to stop)")),
             ("POST", "/jobs/{job_id}/respawn", self.respawn, dict(
-                response_model=JobOut, responses=_refusals(404, 409, 422),
+                response_model=JobOut, responses=refusals(404, 409, 422),
                 summary="Queue a dead, cancelled or expired job again")),
             ("POST", "/dead/respawn", self.dead_respawn, dict(
-                response_model=RespawnedOut, responses=_refusals(400, 413, 422),
+                response_model=RespawnedOut, responses=refusals(400, 413, 422),
                 summary="Queue dead jobs again with a fresh try count")),
             ("POST", "/dead/purge", self.dead_purge, dict(
-                response_model=PurgedOut, responses=_refusals(400, 413, 422),
+                response_model=PurgedOut, responses=refusals(400, 413, 422),
                 summary="Delete dead jobs for good")),
             ("GET", "/lanes", self.lanes, dict(
-                response_model=LanesOut, responses=_refusals(422),
+                response_model=LanesOut, responses=refusals(422),
                 summary="Lanes with unfinished jobs, busiest first, then halted lanes")),
             ("GET", "/lanes/limits", self.lane_limits, dict(
-                response_model=LaneRulesOut, responses=_refusals(),
+                response_model=LaneRulesOut, responses=refusals(),
                 summary="Lane limits, by pattern")),
-            ("PUT", "/lanes/limits/{pattern:path}", self.lane_limit_set, dict(
-                response_model=LaneRuleOut, responses=_refusals(400, 413, 422),
+            ("PUT", "/lanes/limits", self.lane_limit_set, dict(
+                response_model=LaneRuleOut, responses=refusals(400, 413, 422),
                 summary="Set the limit of a lane (post:42) or a prefix (tenant:*)")),
-            ("DELETE", "/lanes/limits/{pattern:path}", self.lane_limit_delete, dict(
-                status_code=204, response_class=Response, responses=_refusals(404, 422),
+            ("DELETE", "/lanes/limits", self.lane_limit_delete, dict(
+                status_code=204, response_class=Response, responses=refusals(404, 422),
                 summary="Remove a lane limit")),
             ("GET", "/stats", self.stats, dict(
-                response_model=StatsOut, responses=_refusals(), summary="Jobs by queue and state")),
+                response_model=StatsOut, responses=refusals(), summary="Jobs by queue and state")),
             ("GET", "/workers", self.workers, dict(
-                response_model=WorkersOut, responses=_refusals(), summary="Registered workers")),
+                response_model=WorkersOut, responses=refusals(), summary="Registered workers")),
         ]  # fmt: skip
-        for method, path, endpoint, options in job_routes:
+        for method, path, endpoint, options in routes:
             router.add_api_route(path, endpoint, methods=[method], **options)
         return router
 
@@ -402,7 +248,7 @@ class NativeApi:
         self,
         token: Caller,
         state: State | None = None,
-        queue: Annotated[str | None, Query(pattern=NAME_RE.pattern)] = None,
+        queue: QueueQuery = None,
         task: TextQuery = None,
         lane: TextQuery = None,
         text: ArgsTextQuery = None,
@@ -450,18 +296,16 @@ class NativeApi:
         rules = await self.store.lane_rules(token.namespace)
         return http.json(200, {"limits": [dataclasses.asdict(rule) for rule in rules]})
 
-    async def lane_limit_set(
-        self, pattern: PatternPath, body: LaneLimitIn, token: Caller
-    ) -> Response:
+    async def lane_limit_set(self, body: LaneLimitIn, token: Caller) -> Response:
         try:
-            rule = lanes.check_rule(pattern, body.limit, body.on_dead)
+            rule = lanes.check_rule(body.pattern, body.limit, body.on_dead)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         await self.store.lane_rule_set(token.namespace, rule, self.engine.now())
         self.engine.notify()  # a higher limit admits jobs at once
         return http.json(200, dataclasses.asdict(rule))
 
-    async def lane_limit_delete(self, pattern: PatternPath, token: Caller) -> Response:
+    async def lane_limit_delete(self, pattern: PatternQuery, token: Caller) -> Response:
         if not await self.store.lane_rule_delete(token.namespace, pattern, self.engine.now()):
             raise ApiError(404, f"no limit is set for {pattern!r}")
         self.engine.notify()

@@ -1,6 +1,6 @@
-"""The shapes of the native API (``/v1``): request bodies, as strict as the checks that
-follow them, and responses, exactly as the routes write them. FastAPI turns both into
-the OpenAPI schema at ``/openapi.json``.
+"""The shapes of the native API (``/v1``): request bodies and parameters, as strict as
+the checks that follow them, and responses, exactly as the routes write them. FastAPI
+turns them into the OpenAPI schema at ``/openapi.json``.
 
 Requests are strict: no extra fields, no numbers as strings, numbers finite and bounded
 (a date far past year 9999 could be stored but never shown). Strings that reach the
@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from fastapi import Path, Query
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from ferryq import lanes
 from ferryq.job import State
@@ -22,9 +30,15 @@ from ferryq.policy import MAX_TRIES_LIMIT, NAME_RE, YEAR
 MAX_SECONDS = 10 * YEAR
 #: 9999-12-31T23:59:59Z, the last second a date can be written in.
 MAX_RUN_AT = 253_402_300_799.0
+#: Job ids stay below 2**53 in practice; bounding them there lets every JSON client,
+#: JavaScript's included, hold an id exactly.
+MAX_ID = (1 << 53) - 1
 MAX_BATCH = 1000
 MAX_IDS = 1000
 MAX_TEXT = 255
+MAX_PAGE = 1000
+MAX_WAIT_SECONDS = 60.0
+DEFAULT_WAIT_SECONDS = 30.0
 NO_NUL = r"^[^\x00]*$"
 
 
@@ -36,13 +50,22 @@ def _encodable(value: str) -> str:
     return value
 
 
+def _whole(value: Any) -> Any:
+    # JSON has one kind of number: 3.0 is an integer, as JSON Schema says, but 3.5 is not.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 Text = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL),
     AfterValidator(_encodable),
 ]
 QueueName = Annotated[str, StringConstraints(pattern=NAME_RE.pattern)]
-JobId = Annotated[int, Field(ge=1, le=(1 << 63) - 1)]
+JobId = Annotated[int, Field(ge=1, le=MAX_ID), BeforeValidator(_whole)]
+Tries = Annotated[int, Field(ge=1, le=MAX_TRIES_LIMIT), BeforeValidator(_whole)]
+Limit = Annotated[int, Field(ge=1, le=lanes.MAX_LIMIT), BeforeValidator(_whole)]
 Args = list[Any] | dict[str, Any]
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
 PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
@@ -68,7 +91,7 @@ class JobOptionsIn(_Strict):
     )  # fmt: skip
     ttl: PositiveSeconds | None = None
     ttr: PositiveSeconds | None = Field(None, description="Lease seconds; default 60.")
-    max_tries: int | None = Field(None, ge=1, le=MAX_TRIES_LIMIT, description="Default 3.")
+    max_tries: Tries | None = Field(None, description="Default 3.")
     retry: float | None = Field(
         None, ge=-YEAR, le=YEAR, allow_inf_nan=False,
         description="Backoff, compact signed form: n > 0 exponential capped at n seconds, "
@@ -95,12 +118,41 @@ class BatchIn(JobOptionsIn):
 
 
 class LaneLimitIn(_Strict):
-    limit: int = Field(ge=1, le=lanes.MAX_LIMIT)
+    pattern: Text = Field(description="A lane (post:42), or a prefix ending in * (tenant:*).")
+    limit: Limit
     on_dead: Literal["continue", "halt"] = "continue"
 
 
 class JobIdsIn(_Strict):
     ids: list[JobId] = Field(min_length=1, max_length=MAX_IDS)
+
+
+# -- parameters ------------------------------------------------------------------------
+
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+QueueQuery = Annotated[str | None, Query(pattern=NAME_RE.pattern)]
+TextQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL)]
+ArgsTextQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
+          description="A substring of the job's arguments as JSON."),
+]  # fmt: skip
+AfterQuery = Annotated[
+    int | None,
+    Query(ge=1, le=MAX_ID, description="The `next` of the previous page."),
+]
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+WaitQuery = Annotated[
+    float,
+    Query(ge=0.0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+          description="Seconds to wait for the job to finish."),
+]  # fmt: skip
+TtlQuery = Annotated[PositiveSeconds | None, Query(description="A new ttl, from now.")]
+PatternQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=MAX_TEXT, pattern=NO_NUL,
+          description="The pattern of the limit: a lane, or a prefix (tenant:*)."),
+]  # fmt: skip
 
 
 # -- responses ---------------------------------------------------------------------

@@ -25,12 +25,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"^ferryq server listening api=(http://\S+) admin=(http://\S+)$")
 START_SECONDS = 30.0  # from exec to the listening line
 STOP_SECONDS = 15.0  # from SIGTERM to exit
-HTTP_TIMEOUT = 30.0  # longer than any blocking consume the tests make
+HTTP_TIMEOUT = 15.0  # longer than any blocking consume the tests make (10 s at most)
 CREDENTIAL_ENV = "FERRYQ_ADMIN_CREDENTIAL"
 
 JOB_KEYS = frozenset(
@@ -51,6 +51,7 @@ LIMIT_MESSAGE = "reach the limit rate, please retry later"
 MiB = 1 << 20
 
 Params = Mapping[str, str | int]
+Case = TypeVar("Case")
 
 
 class ServerStartError(AssertionError):
@@ -258,6 +259,21 @@ def wait_until(
     return time.monotonic() - began
 
 
+def each(cases: Iterable[Case], check: Callable[[Case], object]) -> None:
+    """Run ``check`` on every case and fail once, naming every case that failed.
+
+    One test per group of cases instead of one per case: a server start is shared
+    anyway, and per-test overhead is most of the suite's time.
+    """
+    failures = []
+    for case in cases:
+        try:
+            check(case)
+        except AssertionError as exc:
+            failures.append(f"{case!r}: {exc}")
+    assert not failures, f"{len(failures)} case(s) failed:\n" + "\n".join(failures)
+
+
 class Lmstfy:
     """One namespace on the server under test, with its token: lmstfy's API as methods.
 
@@ -431,4 +447,4 @@ def assert_error(response: httpx.Response, status: int, message: str) -> None:
 def assert_no_job(response: httpx.Response) -> None:
     """A consume that found nothing: 404 with the message under ``msg``, not ``error``."""
     got = (response.status_code, body_of(response))
-    assert got == (404, NO_JOB), f"{response.request.method} {response.request.url}"
+    assert got == (404, NO_JOB), f"{response.request.method} {response.request.url}: {got}"

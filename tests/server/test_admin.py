@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.server.harness import (
     assert_error,
     assert_no_job,
     body_of,
+    each,
     new_namespace,
     wait_until,
 )
@@ -77,26 +79,26 @@ def test_tokens_are_unique(admin: httpx.Client) -> None:
     assert descriptions(admin, namespace) == ["d"] * 5
 
 
-@pytest.mark.parametrize("where", ["query", "form"])
-def test_create_a_token_of_ones_own_choosing(
-    server: ServerProcess, admin: httpx.Client, where: str
-) -> None:
-    namespace = new_namespace()
-    chosen = "my-own-token-of-24-chars"
-    fields = {"description": "chosen", "token": chosen}
-    created = (
-        admin.post(f"/token/{namespace}", params=fields)
-        if where == "query"
-        else admin.post(f"/token/{namespace}", data=fields)
-    )
-    assert (created.status_code, created.json()) == (201, {"token": chosen})
-    assert descriptions(admin, namespace) == ["chosen"]
-    assert publishes(server, namespace, chosen) == 201
+def test_create_a_token_of_ones_own_choosing(server: ServerProcess, admin: httpx.Client) -> None:
+    def check(where: str) -> None:
+        namespace = new_namespace()
+        chosen = f"my-own-token-{uuid.uuid4().hex}"
+        fields = {"description": "chosen", "token": chosen}
+        created = (
+            admin.post(f"/token/{namespace}", params=fields)
+            if where == "query"
+            else admin.post(f"/token/{namespace}", data=fields)
+        )
+        assert (created.status_code, created.json()) == (201, {"token": chosen})
+        assert descriptions(admin, namespace) == ["chosen"]
+        assert publishes(server, namespace, chosen) == 201
+
+    each(["query", "form"], check)
 
 
 def test_a_chosen_token_of_20_characters_is_enough(admin: httpx.Client) -> None:
     created = admin.post(
-        f"/token/{new_namespace()}", params={"description": "d", "token": "t" * 20}
+        f"/token/{new_namespace()}", params={"description": "d", "token": uuid.uuid4().hex[:20]}
     )
     assert created.status_code == 201, created.text
 
@@ -110,29 +112,40 @@ def test_a_chosen_token_under_20_characters_is_refused(admin: httpx.Client) -> N
 
 def test_a_token_that_exists_is_refused(admin: httpx.Client) -> None:
     namespace = new_namespace()
-    fields = {"description": "first", "token": "a-token-that-is-long-enough"}
+    fields = {"description": "first", "token": f"a-token-{uuid.uuid4().hex}"}
     assert admin.post(f"/token/{namespace}", params=fields).status_code == 201
     again = admin.post(f"/token/{namespace}", params={**fields, "description": "second"})
     assert_error(again, 400, "the token has already existed")
     assert descriptions(admin, namespace) == ["first"]
 
 
-@pytest.mark.parametrize("fields", [{}, {"description": ""}, {"token": "t" * 30}])
-def test_a_token_without_description_is_refused(
-    admin: httpx.Client, fields: dict[str, str]
-) -> None:
-    namespace = new_namespace()
-    assert_error(admin.post(f"/token/{namespace}", params=fields), 400, "invalid description")
-    assert_error(admin.post(f"/token/{namespace}", data=fields), 400, "invalid description")
-    assert descriptions(admin, namespace) == []
+def test_a_token_without_description_is_refused(admin: httpx.Client) -> None:
+    def check(fields: dict[str, str]) -> None:
+        namespace = new_namespace()
+        created = admin.post(f"/token/{namespace}", params=fields)
+        assert_error(created, 400, "invalid description")
+        assert_error(admin.post(f"/token/{namespace}", data=fields), 400, "invalid description")
+        assert descriptions(admin, namespace) == []
+
+    each([{}, {"description": ""}, {"token": "t" * 30}], check)
 
 
-@pytest.mark.parametrize("namespace", ["a.b", "a$b", "a b", "ä"])
-def test_a_token_for_a_forbidden_namespace_name_is_refused(
-    admin: httpx.Client, namespace: str
-) -> None:
-    created = admin.post(f"/token/{namespace}", params={"description": "d"})
-    assert_error(created, 400, "namespace name contains forbidden characters")
+def test_a_token_for_a_forbidden_namespace_name_is_refused(admin: httpx.Client) -> None:
+    def check(namespace: str) -> None:
+        created = admin.post(f"/token/{namespace}", params={"description": "d"})
+        assert_error(created, 400, "namespace name contains forbidden characters")
+
+    each(["a.b", "a$b", "a b", "\u00e4"], check)
+
+
+def test_namespace_names_up_to_255_characters(server: ServerProcess, admin: httpx.Client) -> None:
+    longest = new_namespace() + "n" * (255 - len(new_namespace()))
+    assert len(longest) == 255
+    created = admin.post(f"/token/{longest}", params={"description": "d"})
+    assert created.status_code == 201, created.text
+    assert publishes(server, longest, created.json()["token"]) == 201
+    too_long = admin.post(f"/token/{longest}n", params={"description": "d"})
+    assert too_long.status_code == 400, too_long.text
 
 
 def test_the_default_pool_may_be_named_and_no_other(admin: httpx.Client) -> None:
@@ -304,22 +317,22 @@ def test_the_limit_is_per_interval(limited: Lmstfy, admin: httpx.Client) -> None
     )
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"not json",
-        b"[]",
-        b'{"read": 0, "write": 0, "interval": 10}',
-        b'{"read": 1, "write": 1, "interval": 0}',
-        b'{"read": -1, "write": 1, "interval": 10}',
-        b'{"read": "x", "write": 1, "interval": 10}',
-    ],
-)
-def test_an_invalid_limit_is_refused_and_sets_nothing(
-    limited: Lmstfy, admin: httpx.Client, body: bytes
-) -> None:
+INVALID_LIMITS = [
+    b"not json",
+    b"[]",
+    b'{"read": 1, "write": 1, "interval": 0}',
+    b'{"read": -1, "write": 1, "interval": 10}',
+    b'{"read": "x", "write": 1, "interval": 10}',
+]
+
+
+def test_an_invalid_limit_is_refused_and_sets_nothing(limited: Lmstfy, admin: httpx.Client) -> None:
     path = f"/token/{limited.namespace}/{limited.token}/limit"
-    answer = admin.post(path, content=body, headers={"Content-Type": "application/json"})
-    assert 400 <= answer.status_code < 500, answer.text
+
+    def check(body: bytes) -> None:
+        answer = admin.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert 400 <= answer.status_code < 500, (answer.status_code, answer.text)
+
+    each(INVALID_LIMITS, check)
     for n in range(3):
         limited.publish_ok("q", f"{n}".encode())

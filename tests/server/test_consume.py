@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import time
+import json
+from concurrent.futures import ThreadPoolExecutor
 
-import pytest
+import httpx
 
 from tests.server.harness import (
     CONSUMED_KEYS,
+    HTTP_TIMEOUT,
     JOB_KEYS,
     Lmstfy,
     assert_error,
     assert_no_job,
     b64,
+    each,
 )
 
 UINT32_OVER = str(1 << 32)
@@ -88,34 +91,6 @@ def test_several_queues_are_tried_in_the_order_given(lm: Lmstfy) -> None:
     assert lm.consume_ok("low,high", timeout=1)["queue"] == "low"
 
 
-def test_a_blocking_consume_returns_a_job_published_during_the_wait(lm: Lmstfy) -> None:
-    with lm.consuming("q", timeout=10) as pending:
-        published_at = time.monotonic()
-        job_id = lm.publish_ok("q", b"late")
-        consumed = pending.result(timeout=20)
-        took = time.monotonic() - published_at
-    assert consumed.status_code == 200, consumed.text
-    assert consumed.json()["job_id"] == job_id
-    assert consumed.json()["data"] == b64(b"late")
-    assert took < 2, f"the job came {took:.2f} s after it was published"
-
-
-def test_a_blocking_consume_on_several_queues_returns_the_first_published(lm: Lmstfy) -> None:
-    with lm.consuming("a,b", timeout=10) as pending:
-        job_id = lm.publish_ok("b", b"in b")
-        consumed = pending.result(timeout=20)
-    assert consumed.status_code == 200, consumed.text
-    assert (consumed.json()["queue"], consumed.json()["job_id"]) == ("b", job_id)
-
-
-def test_a_blocking_consume_that_times_out_is_404_no_job_available(lm: Lmstfy) -> None:
-    began = time.monotonic()
-    consumed = lm.consume("q", timeout=1)
-    took = time.monotonic() - began
-    assert_no_job(consumed)
-    assert 0.9 <= took < 3.0, f"timeout=1 answered after {took:.2f} s"
-
-
 def test_count_over_one_returns_an_array_of_what_is_ready(lm: Lmstfy) -> None:
     ids = [lm.publish_ok("q", f"{n}".encode(), tries=2) for n in range(3)]
     consumed = lm.consume("q", count=5, ttr=60)
@@ -129,6 +104,46 @@ def test_count_over_one_returns_an_array_of_what_is_ready(lm: Lmstfy) -> None:
         assert (job["namespace"], job["queue"]) == (lm.namespace, "q")
         assert (job["data"], job["remain_tries"]) == (b64(f"{n}".encode()), 1)
     assert_no_job(lm.consume("q", count=5))
+
+
+def test_count_over_one_takes_from_several_queues_in_their_order(lm: Lmstfy) -> None:
+    first = [lm.publish_ok("a", b"a") for _ in range(2)]
+    second = lm.publish_ok("b", b"b")
+    consumed = lm.consume("b,a", count=10, timeout=1)
+    assert consumed.status_code == 200, consumed.text
+    jobs = consumed.json()
+    assert [(job["queue"], job["job_id"]) for job in jobs] == [
+        ("b", second),
+        ("a", first[0]),
+        ("a", first[1]),
+    ]
+
+
+def test_count_of_100_takes_100_jobs(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(64)]).encode()
+    ids = lm.bulk("q", body).json()["job_ids"] + lm.bulk("q", body).json()["job_ids"]
+    jobs = lm.consume("q", count=100).json()
+    assert [job["job_id"] for job in jobs] == ids[:100]
+    assert lm.size("q") == 28
+
+
+def test_concurrent_consumers_never_get_the_same_job(lm: Lmstfy) -> None:
+    body = json.dumps([{"n": n} for n in range(60)]).encode()
+    published = set(lm.bulk("q", body).json()["job_ids"])
+
+    def drain(_: int) -> list[str]:
+        taken: list[str] = []
+        with httpx.Client(base_url=lm.server.api, timeout=HTTP_TIMEOUT) as client:
+            while True:
+                answer = client.get(lm.path("q"), headers={"X-Token": lm.token})
+                if answer.status_code == 404:
+                    return taken
+                assert answer.status_code == 200, answer.text
+                taken.append(answer.json()["job_id"])
+
+    with ThreadPoolExecutor(6) as pool:
+        taken = [job_id for batch in pool.map(drain, range(6)) for job_id in batch]
+    assert sorted(taken) == sorted(published)
 
 
 def test_count_takes_at_most_count_jobs(lm: Lmstfy) -> None:
@@ -149,52 +164,45 @@ def test_count_one_is_a_single_object(lm: Lmstfy) -> None:
     assert set(lm.consume_ok("q", count=1)) == CONSUMED_KEYS
 
 
-def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: Lmstfy) -> None:
-    with lm.consuming("q", timeout=10, count=5) as pending:
-        job_id = lm.publish_ok("q", b"x")
-        consumed = pending.result(timeout=20)
-    assert consumed.status_code == 200, consumed.text
-    jobs = consumed.json()
-    assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
-
-
-@pytest.mark.parametrize("value", ["0", "101", "-1", "abc", "", "2.0", UINT32_OVER])
-def test_count_out_of_1_to_100_is_refused(lm: Lmstfy, value: str) -> None:
-    lm.publish_ok("q", b"x")
-    assert_error(lm.consume("q", count=value), 400, "invalid count")
-    assert lm.size("q") == 1
-
-
-@pytest.mark.parametrize("value", ["-1", "abc", "", "1.5", UINT32_OVER])
-def test_an_invalid_ttr_is_refused(lm: Lmstfy, value: str) -> None:
+def test_invalid_count_ttr_and_timeout_are_refused_and_change_nothing(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"x", tries=3)
-    assert_error(lm.consume("q", ttr=value), 400, "invalid ttr")
-    assert lm.size("q") == 1
-    assert lm.peek_job("q", job_id).json()["remain_tries"] == 3
-
-
-@pytest.mark.parametrize("value", ["-1", "abc", "", "0.5", UINT32_OVER])
-def test_an_invalid_timeout_is_refused(lm: Lmstfy, value: str) -> None:
-    job_id = lm.publish_ok("q", b"x", tries=3)
-    assert_error(lm.consume("q", timeout=value), 400, "invalid timeout")
-    assert lm.size("q") == 1
-    assert lm.peek_job("q", job_id).json()["remain_tries"] == 3
-
-
-@pytest.mark.parametrize("queues", [",", ",,"])
-def test_a_queue_list_without_a_queue_is_refused(lm: Lmstfy, queues: str) -> None:
-    assert_error(lm.consume(queues, timeout=1), 400, "invalid queue name(s)")
-
-
-@pytest.mark.parametrize("queues", ["a,b.c", "a,_b", "a;b"])
-def test_a_queue_list_with_a_forbidden_name_is_refused(lm: Lmstfy, queues: str) -> None:
-    lm.publish_ok("a", b"x")
-    consumed = lm.consume(queues, timeout=1)
-    assert consumed.status_code == 400, consumed.text
-    assert consumed.json()["error"] in (
-        "queue name contains forbidden characters",
-        "invalid queue name(s)",
+    cases = (
+        [
+            ("count", value, "invalid count")
+            for value in ["0", "101", "-1", "abc", "", "2.0", UINT32_OVER]
+        ]
+        + [("ttr", value, "invalid ttr") for value in ["-1", "abc", "", "1.5", UINT32_OVER]]
+        + [("timeout", value, "invalid timeout") for value in ["-1", "abc", "", "0.5", UINT32_OVER]]
     )
+
+    def check(case: tuple[str, str, str]) -> None:
+        name, value, message = case
+        assert_error(lm.consume("q", **{name: value}), 400, message)
+
+    each(cases, check)
+    assert lm.size("q") == 1
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 3
+
+
+def test_a_queue_list_without_a_queue_is_refused(lm: Lmstfy) -> None:
+    each(
+        [",", ",,"],
+        lambda queues: assert_error(lm.consume(queues, timeout=1), 400, "invalid queue name(s)"),
+    )
+
+
+def test_a_queue_list_with_a_forbidden_name_is_refused(lm: Lmstfy) -> None:
+    lm.publish_ok("a", b"x")
+
+    def check(queues: str) -> None:
+        consumed = lm.consume(queues, timeout=1)
+        assert consumed.status_code == 400, consumed.text
+        assert consumed.json()["error"] in (
+            "queue name contains forbidden characters",
+            "invalid queue name(s)",
+        )
+
+    each(["a,b.c", "a,_b", "a;b"], check)
     assert lm.size("a") == 1
 
 
@@ -279,12 +287,9 @@ def test_peek_job_sees_delayed_and_leased_jobs(lm: Lmstfy) -> None:
     assert lm.peek_job("q", leased).json()["job_id"] == leased
 
 
-@pytest.mark.parametrize(
-    "job_id",
-    ["0", "99999999999", "99999999999999999999999999", "abc", "-1", "01ARZ3NDEKTSV4RRFFQ69G5FAV"],
-)
-def test_peek_of_an_unknown_job_is_404(lm: Lmstfy, job_id: str) -> None:
-    assert_error(lm.peek_job("q", job_id), 404, "job not found")
+def test_peek_of_an_unknown_job_is_404(lm: Lmstfy) -> None:
+    unknown = ["0", "99999999999", "9" * 26, "abc", "-1", "01ARZ3NDEKTSV4RRFFQ69G5FAV"]
+    each(unknown, lambda job_id: assert_error(lm.peek_job("q", job_id), 404, "job not found"))
 
 
 # -- size and destroy -----------------------------------------------------------------

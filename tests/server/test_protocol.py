@@ -4,7 +4,6 @@ server's own start-up contract, and HTTP jobs being ordinary ferryq jobs."""
 from __future__ import annotations
 
 import httpx
-import pytest
 
 import ferryq
 from tests.server.harness import (
@@ -14,6 +13,8 @@ from tests.server.harness import (
     assert_error,
     assert_no_job,
     b64,
+    body_of,
+    each,
 )
 
 API_NOT_FOUND = {"error": "api not found"}
@@ -65,6 +66,9 @@ def test_every_response_carries_a_unique_request_id(lm: Lmstfy) -> None:
         where = f"{response.request.method} {response.request.url} -> {response.status_code}"
         assert request_id, f"no X-Request-ID on {where}"
         ids.append(request_id)
+        if response.status_code != 204 and response.request.url.path != "/healthz":
+            content_type = response.headers.get("content-type", "")
+            assert content_type.startswith("application/json"), f"{content_type!r} on {where}"
     assert len(set(ids)) == len(ids), ids
 
 
@@ -94,13 +98,15 @@ API_MISSES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path"), API_MISSES, ids=[f"{m} {p}" for m, p in API_MISSES])
-def test_an_unknown_route_or_wrong_method_on_the_api_port_is_404(
-    lm: Lmstfy, method: str, path: str
-) -> None:
+def test_an_unknown_route_or_wrong_method_on_the_api_port_is_404(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"kept")
-    answer = lm.request(method, path.replace("NS", lm.namespace), content=b"x")
-    assert (answer.status_code, answer.json()) == (404, API_NOT_FOUND)
+
+    def check(miss: tuple[str, str]) -> None:
+        method, path = miss
+        answer = lm.request(method, path.replace("NS", lm.namespace), content=b"x")
+        assert (answer.status_code, body_of(answer)) == (404, API_NOT_FOUND), answer.text
+
+    each(API_MISSES, check)
     assert lm.size("q") == 1
     assert lm.peek_job("q", job_id).json()["remain_tries"] == 1
 
@@ -117,15 +123,17 @@ ADMIN_MISSES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("method", "path"), ADMIN_MISSES, ids=[f"{m} {p}" for m, p in ADMIN_MISSES]
-)
-def test_an_unknown_route_or_wrong_method_on_the_admin_port_is_404(
-    lm: Lmstfy, method: str, path: str
-) -> None:
+def test_an_unknown_route_or_wrong_method_on_the_admin_port_is_404(lm: Lmstfy) -> None:
     with lm.server.admin_client() as admin:
-        answer = admin.request(method, path.replace("NS", lm.namespace).replace("TOKEN", lm.token))
-        assert (answer.status_code, answer.json()) == (404, API_NOT_FOUND)
+
+        def check(miss: tuple[str, str]) -> None:
+            method, path = miss
+            answer = admin.request(
+                method, path.replace("NS", lm.namespace).replace("TOKEN", lm.token)
+            )
+            assert (answer.status_code, body_of(answer)) == (404, API_NOT_FOUND), answer.text
+
+        each(ADMIN_MISSES, check)
         assert len(admin.get(f"/token/{lm.namespace}").json()["tokens"]) == 1
     lm.publish_ok("q", b"the token still works")
 
@@ -145,13 +153,13 @@ MALFORMED_PUBLISHES: list[dict[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("params", MALFORMED_PUBLISHES, ids=[repr(p) for p in MALFORMED_PUBLISHES])
-def test_malformed_publish_parameters_are_400_and_publish_nothing(
-    lm: Lmstfy, params: dict[str, str]
-) -> None:
-    answer = lm.request("PUT", lm.path("q"), params=params, content=b"x")
-    assert answer.status_code == 400, answer.text
-    assert set(answer.json()) == {"error"}
+def test_malformed_publish_parameters_are_400_and_publish_nothing(lm: Lmstfy) -> None:
+    def check(params: dict[str, str]) -> None:
+        answer = lm.request("PUT", lm.path("q"), params=params, content=b"x")
+        assert answer.status_code == 400, answer.text
+        assert set(answer.json()) == {"error"}
+
+    each(MALFORMED_PUBLISHES, check)
     assert lm.size("q") == 0
     assert_no_job(lm.consume("q"))
     assert_error(lm.peek("q"), 404, "the queue is empty")

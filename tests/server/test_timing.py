@@ -1,24 +1,107 @@
-"""Delays and leases in real time, on a server with no worker beside it.
+"""Blocking consumes, delays and leases in real time, on a server with no worker.
 
 lmstfy's clients assume that a delay or a lease fires within about a second of its
 time, never before it. These are the suite's only tests that wait on the clock (1 s
 each); they wait with a blocking consume or a short poll under a deadline, never a
 sleep. The window asserted is [time - EARLY, time + LATE].
+
+Every blocking consume of the suite is here, in a module (and so a server) of its
+own: a server that mishandles one cannot take the other modules' tests down with it.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
-from tests.server.harness import Lmstfy, assert_no_job, b64, wait_until
+import ferryq
+from tests.server.harness import Lmstfy, assert_error, assert_no_job, b64, wait_until
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
 LATE = 1.25  # "within about a second", plus the round trips
 
 
+# -- blocking consumes ----------------------------------------------------------
+
+
+def test_a_blocking_consume_returns_a_job_published_during_the_wait(lm: Lmstfy) -> None:
+    with lm.consuming("q", timeout=10) as pending:
+        published_at = time.monotonic()
+        job_id = lm.publish_ok("q", b"late")
+        consumed = pending.result(timeout=20)
+        took = time.monotonic() - published_at
+    assert consumed.status_code == 200, consumed.text
+    assert consumed.json()["job_id"] == job_id
+    assert consumed.json()["data"] == b64(b"late")
+    assert took < 2, f"the job came {took:.2f} s after it was published"
+
+
+def test_a_blocking_consume_on_several_queues_returns_the_first_published(lm: Lmstfy) -> None:
+    with lm.consuming("a,b", timeout=10) as pending:
+        job_id = lm.publish_ok("b", b"in b")
+        consumed = pending.result(timeout=20)
+    assert consumed.status_code == 200, consumed.text
+    assert (consumed.json()["queue"], consumed.json()["job_id"]) == ("b", job_id)
+
+
+def test_a_blocking_consume_that_times_out_is_404_no_job_available(lm: Lmstfy) -> None:
+    began = time.monotonic()
+    consumed = lm.consume("q", timeout=1)
+    took = time.monotonic() - began
+    assert_no_job(consumed)
+    assert 0.9 <= took < 3.0, f"timeout=1 answered after {took:.2f} s"
+
+
+def test_count_over_one_waits_for_the_first_job_and_returns_it_in_an_array(lm: Lmstfy) -> None:
+    with lm.consuming("q", timeout=10, count=5) as pending:
+        job_id = lm.publish_ok("q", b"x")
+        consumed = pending.result(timeout=20)
+    assert consumed.status_code == 200, consumed.text
+    jobs = consumed.json()
+    assert isinstance(jobs, list) and jobs[0]["job_id"] == job_id
+
+
+def test_one_job_wakes_one_of_two_waiting_consumers_and_only_its_own(lm: Lmstfy) -> None:
+    namespace = f"{lm.namespace}-x"
+    stranger = Lmstfy(lm.server, namespace, lm.server.create_token(namespace))
+    try:
+        with lm.consuming("q", timeout=2) as first, lm.consuming("q", timeout=2) as second:
+            stranger.publish_ok("q", b"not for them")  # same queue name, other namespace
+            job_id = lm.publish_ok("q", b"for one of them")
+            answers = [first.result(timeout=10), second.result(timeout=10)]
+    finally:
+        stranger.close()
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes == [200, 404], [answer.text for answer in answers]
+    (taken,) = [answer.json() for answer in answers if answer.status_code == 200]
+    assert (taken["namespace"], taken["job_id"]) == (lm.namespace, job_id)
+
+
+def test_many_waiting_consumers_share_as_many_jobs_one_each(lm: Lmstfy) -> None:
+    with ExitStack() as stack:
+        waiting = [stack.enter_context(lm.consuming("q", timeout=10)) for _ in range(8)]
+        ids = {lm.publish_ok("q", f"{n}".encode()) for n in range(8)}
+        answers = [pending.result(timeout=20) for pending in waiting]
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+    assert sorted(answer.json()["job_id"] for answer in answers) == sorted(ids)
+
+
+def test_count_over_one_with_jobs_ready_does_not_wait_for_more(lm: Lmstfy) -> None:
+    ids = [lm.publish_ok("q", b"x") for _ in range(2)]
+    began = time.monotonic()
+    consumed = lm.consume("q", count=5, timeout=5)
+    took = time.monotonic() - began
+    assert consumed.status_code == 200, consumed.text
+    assert [job["job_id"] for job in consumed.json()] == ids
+    assert took < 1, f"answered after {took:.2f} s with jobs ready"
+
+
+# -- delays and leases ---------------------------------------------------------------
+
+
 def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lmstfy) -> None:
     published_at = time.monotonic()
-    job_id = lm.publish_ok("q", b"later", delay=1)
+    job_id = lm.publish_ok("q", b"later", delay=1, ttl=10)
     assert_no_job(lm.consume("q"))
     assert lm.size("q") == 0
     job = lm.consume_ok("q", timeout=5)
@@ -26,6 +109,18 @@ def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lms
     assert job["job_id"] == job_id and job["data"] == b64(b"later")
     assert 1 - EARLY <= took <= 1 + LATE, f"a 1 s delay fired after {took:.2f} s"
     assert job["elapsed_ms"] >= 1000 - EARLY * 1000
+    assert job["ttl"] in (8, 9), job  # counted from publish, not from the end of the delay
+
+
+def test_a_job_past_its_ttl_is_dropped(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"stale", ttl=1)
+    kept = lm.publish_ok("q", b"fresh", ttl=0)
+    assert lm.size("q") == 2
+    wait_until(lambda: lm.size("q") == 1, within=1 + LATE + 1, what="the ttl to pass")
+    assert_error(lm.peek_job("q", job_id), 404, "job not found")
+    assert lm.consume_ok("q")["job_id"] == kept
+    assert_no_job(lm.consume("q"))
+    assert lm.dead_size("q") == 0
 
 
 def test_an_expired_lease_with_tries_left_puts_the_job_back(lm: Lmstfy) -> None:
@@ -65,6 +160,11 @@ def test_an_expired_lease_without_tries_left_lands_in_the_dead_letter(lm: Lmstfy
     )
     assert lm.size("q") == 0
     assert_no_job(lm.consume("q"))
+    app = ferryq.App(lm.server.url, namespace=lm.namespace)
+    try:
+        assert app.get_job(int(job_id)).state == "dead"
+    finally:
+        app.close()
 
 
 def test_an_acked_job_is_not_consumed_again_after_its_lease(lm: Lmstfy) -> None:

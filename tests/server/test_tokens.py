@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+import httpx
 
-from tests.server.harness import Lmstfy, assert_error, assert_no_job, new_namespace
+from tests.server.harness import Lmstfy, assert_error, assert_no_job, each, new_namespace
 
 # Every queue endpoint that needs a token, as (method, path under the namespace, body).
 GUARDED = [
@@ -21,7 +21,6 @@ GUARDED = [
     ("PUT", "q/deadletter", None),
     ("DELETE", "q/deadletter", None),
 ]
-IDS = [f"{method} {path}" for method, path, _ in GUARDED]
 
 
 def bare(token: str) -> str:
@@ -29,43 +28,46 @@ def bare(token: str) -> str:
     return token.rpartition(":")[2]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), GUARDED, ids=IDS)
-def test_a_missing_token_is_401_token_not_found(
-    lm: Lmstfy, method: str, path: str, body: bytes | None
-) -> None:
+def guarded_call(
+    lm: Lmstfy, route: tuple[str, str, bytes | None], job_id: str, token: str | None
+) -> httpx.Response:
+    method, path, body = route
+    full = f"/api/{lm.namespace}/{path.replace('JOB', job_id)}"
+    return lm.request(method, full, content=body, token=token)
+
+
+def test_a_missing_token_is_401_token_not_found(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"kept")
-    answer = lm.request(
-        method, f"/api/{lm.namespace}/{path.replace('JOB', job_id)}", content=body, token=None
+    each(
+        GUARDED,
+        lambda route: assert_error(guarded_call(lm, route, job_id, None), 401, "token not found"),
     )
-    assert_error(answer, 401, "token not found")
     assert lm.peek_job("q", job_id).json()["remain_tries"] == 1
     assert lm.size("q") == 1
 
 
-@pytest.mark.parametrize(("method", "path", "body"), GUARDED, ids=IDS)
-def test_an_unknown_token_is_401_invalid_token(
-    lm: Lmstfy, method: str, path: str, body: bytes | None
-) -> None:
+def test_an_unknown_token_is_401_invalid_token(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"kept")
-    for wrong in ("no-such-token-at-all-000000", lm.token + "x", f"default:{lm.token}x"):
-        answer = lm.request(
-            method, f"/api/{lm.namespace}/{path.replace('JOB', job_id)}", content=body, token=wrong
-        )
-        assert_error(answer, 401, "invalid token")
+    wrong = ["no-such-token-at-all-000000", lm.token + "x", f"default:{bare(lm.token)}x"]
+    cases = [(route, token) for route in GUARDED for token in wrong]
+
+    def check(case: tuple[tuple[str, str, bytes | None], str]) -> None:
+        route, token = case
+        assert_error(guarded_call(lm, route, job_id, token), 401, "invalid token")
+
+    each(cases, check)
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 1
     assert lm.size("q") == 1
 
 
-@pytest.mark.parametrize(("method", "path", "body"), GUARDED, ids=IDS)
-def test_a_token_of_another_namespace_is_401_invalid_token(
-    lm: Lmstfy, method: str, path: str, body: bytes | None
-) -> None:
+def test_a_token_of_another_namespace_is_401_invalid_token(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"kept")
-    other = new_namespace()
-    stranger = lm.server.create_token(other)
-    answer = lm.request(
-        method, f"/api/{lm.namespace}/{path.replace('JOB', job_id)}", content=body, token=stranger
+    stranger = lm.server.create_token(new_namespace())
+    each(
+        GUARDED,
+        lambda route: assert_error(guarded_call(lm, route, job_id, stranger), 401, "invalid token"),
     )
-    assert_error(answer, 401, "invalid token")
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 1
     assert lm.size("q") == 1
 
 
@@ -129,6 +131,16 @@ def test_the_size_endpoints_need_no_token(lm: Lmstfy) -> None:
         200,
         {"namespace": lm.namespace, "queue": "q", "size": 0},
     )
+
+
+def test_the_size_of_a_namespace_nobody_has_used_is_zero(lm: Lmstfy) -> None:
+    unused = new_namespace()
+    for path in (f"/api/{unused}/q/size", f"/api/{unused}/q/deadletter/size"):
+        answer = lm.request("GET", path, token=None)
+        assert (answer.status_code, answer.json()) == (
+            200,
+            {"namespace": unused, "queue": "q", "size": 0},
+        )
 
 
 def test_a_namespace_can_hold_several_tokens(lm: Lmstfy) -> None:

@@ -14,6 +14,7 @@ from ferryq.policy import YEAR, JobOptions, due_time, expires_at, order_time
         ("priority", YEAR + 1), ("priority", -YEAR - 1), ("delay", -1), ("ttl", 0),
         ("delay", float("nan")), ("priority", "high"), ("queue", "bad queue!"),
         ("queue", ""), ("namespace", "x" * 256), ("unique_for", 0), ("max_tries", 70000),
+        ("queue", "mail\n"),
     ],
 )  # fmt: skip
 def test_invalid_options_name_the_option(option: str, value: Any) -> None:

@@ -1,0 +1,145 @@
+"""Every page renders the real jobs of a real server, in a real browser."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+import ferryq
+from tests.dashboard.conftest import Dash
+from tests.dashboard.story import OTHER_NAMESPACE, PAGED, BlockingWorker, fresh_namespace, tasks
+
+
+def test_overview_counts_charts_and_dead_letters(admin: Page, dash: Dash) -> None:
+    admin.goto(dash.url("/ui/?ns=default"))  # other tests add jobs in namespaces of their own
+    expect(admin).to_have_title("Overview · ferryq")
+    mail = admin.locator('tr[data-queue="mail"]')
+    expect(mail.locator("td").nth(6)).to_have_text(str(PAGED))  # succeeded
+    expect(admin.locator('tr[data-queue="uploads"]')).to_be_visible()
+    expect(admin.locator('[data-count="dead"]')).to_have_text("3")
+    expect(admin.locator('[data-count="halted"]')).to_have_text("1")
+    expect(admin.locator('[data-count="scheduled"]')).to_have_text("1")
+    # Both charts are drawn, with bars for the minute the story ran.
+    expect(admin.locator("svg.chart")).to_have_count(2)
+    assert admin.locator("svg.chart rect.c-ok").count() >= 1
+    assert admin.locator("svg.chart rect.c-dead").count() >= 1
+    expect(admin.locator("svg.chart polyline, svg.chart circle").first).to_be_attached()
+    expect(admin.get_by_text("storage refused backups/2026-11.tar.gz")).to_be_visible()
+    dash.shot(admin, "overview")
+
+
+def test_jobs_list_pages_through_history(admin: Page, dash: Dash) -> None:
+    story = dash.story
+    admin.goto(dash.url("/ui/jobs?ns=default&queue=mail"))
+    rows = admin.locator("tr[data-job]")
+    expect(rows).to_have_count(50)
+    newest_mail = [*story.mail, story.halted_behind, story.delayed]
+    newest_mail.sort(reverse=True)
+    expect(rows.first).to_have_attribute("data-job", str(newest_mail[0]))
+    dash.shot(admin, "jobs")
+    admin.click("a[data-page=older]")
+    expect(rows.first).to_have_attribute("data-job", str(newest_mail[50]))
+    admin.click("a[data-page=older]")
+    expect(rows).to_have_count(len(newest_mail) - 100)
+    expect(rows.last).to_have_attribute("data-job", str(newest_mail[-1]))
+    expect(admin.locator("a[data-page=older]")).to_have_count(0)
+    admin.click("a[data-page=newest]")
+    expect(rows.first).to_have_attribute("data-job", str(newest_mail[0]))
+
+
+def test_jobs_list_filters(admin: Page, dash: Dash) -> None:
+    story = dash.story
+    admin.goto(dash.url("/ui/jobs"))
+    admin.fill("#filters input[name=ns]", "default")
+    admin.select_option("#filters select[name=state]", "dead")
+    admin.click("#filters button[type=submit]")
+    rows = admin.locator("tr[data-job]")
+    expect(rows).to_have_count(3)
+    expect(admin.locator("#filters select[name=state]")).to_have_value("dead")
+
+    admin.goto(dash.url("/ui/jobs"))
+    admin.fill("#filters input[name=lane]", "post:7")
+    admin.click("#filters button[type=submit]")
+    expect(rows).to_have_count(3)
+    expect(rows.first).to_have_attribute("data-job", str(story.lane[-1]))
+
+    admin.goto(dash.url("/ui/jobs"))
+    admin.fill("#filters input[name=q]", "user42@")
+    admin.fill("#filters input[name=task]", "send")
+    admin.click("#filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-job", str(story.mail[42]))
+
+    admin.goto(dash.url(f"/ui/jobs?ns={OTHER_NAMESPACE}&state=succeeded"))
+    expect(rows).to_have_count(2)
+    expect(admin.locator("tbody")).to_contain_text("secret")
+
+
+def test_job_page_shows_attempts_traceback_fence_and_explain(admin: Page, dash: Dash) -> None:
+    admin.goto(dash.url(f"/ui/jobs/{dash.story.dead}"))
+    expect(admin.locator("h1")).to_contain_text(f"Job #{dash.story.dead}")
+    expect(admin.locator("#explain")).to_contain_text("dead since")
+    expect(admin.locator("#explain")).to_contain_text("after 2 attempt(s)")
+    expect(admin.locator("#args")).to_contain_text("backups/2026-11.tar.gz")
+    expect(admin.locator("#traceback")).to_contain_text("ConnectionError: storage refused")
+    expect(admin.locator("#fence")).to_have_text("2")
+    expect(admin.locator("#worker")).not_to_have_text("-")
+    timeline = admin.locator("#timeline li")
+    expect(timeline.first).to_contain_text("enqueued")
+    expect(admin.locator("#timeline")).to_contain_text("attempt 1 failed")
+    expect(admin.locator("#timeline")).to_contain_text("attempt 2 failed, no tries left")
+    expect(admin.locator("#timeline")).to_contain_text("fencing token 2")
+    dash.shot(admin, "job")
+
+    admin.goto(dash.url(f"/ui/jobs/{dash.story.mail[0]}"))
+    expect(admin.locator("#result")).to_contain_text('"sent": "user0@example.com"')
+    expect(admin.locator("#explain")).to_contain_text("succeeded at")
+
+
+@pytest.mark.parametrize("dash", ["sqlite"], indirect=True)  # the same on every backend
+def test_job_page_updates_live_without_a_reload(admin: Page, dash: Dash) -> None:
+    app = ferryq.App(dash.story.url, namespace=fresh_namespace())
+    job = tasks(app)["send"].options(delay=600).enqueue("live@example.com")
+    try:
+        admin.goto(dash.url(f"/ui/jobs/{job.id}"))
+        expect(admin.locator("h1 .state")).to_have_text("scheduled")
+        admin.evaluate("window.__sameDocument = true")
+        app.cancel(job.id)
+        expect(admin.locator("h1 .state")).to_have_text("cancelled")
+        assert admin.evaluate("window.__sameDocument") is True
+        expect(admin.locator("#live-status")).to_contain_text("live")
+    finally:
+        app.close()
+
+
+def test_workers_page_shows_live_workers_and_their_jobs(admin: Page, dash: Dash) -> None:
+    worker = BlockingWorker(dash.story.url)
+    worker.start()
+    try:
+        held = worker.hold.enqueue()
+        assert worker.started.wait(30), "the worker never started the job"
+        admin.goto(dash.url("/ui/workers"))
+        row = admin.locator(f'tr[data-worker="{worker.worker.id}"]')
+        expect(row).to_contain_text("hold")
+        expect(row.locator(f'a[href$="/jobs/{held.id}"]')).to_be_visible()
+        dash.shot(admin, "workers")
+    finally:
+        worker.release_and_stop()
+
+
+def test_lanes_page_lists_halted_and_busy_lanes_and_rules(admin: Page, dash: Dash) -> None:
+    admin.goto(dash.url("/ui/lanes"))
+    halted = admin.locator('tr[data-lane="orders:1"]').first
+    expect(halted).to_contain_text(f"#{dash.story.halted_by}")
+    expect(admin.locator('tr[data-rule="orders:*"]')).to_be_visible()
+    expect(admin.locator('tr[data-rule="orders:*"] select[name=on_dead]')).to_have_value("halt")
+    dash.shot(admin, "lanes")
+
+
+@pytest.mark.parametrize("dash", ["sqlite"], indirect=True)  # the actions' tests cover both
+def test_dead_letters_page_lists_dead_jobs(admin: Page, dash: Dash) -> None:
+    admin.goto(dash.url("/ui/dead"))
+    rows = admin.locator("tr[data-job]")
+    expect(admin.locator(f'tr[data-job="{dash.story.dead}"]')).to_contain_text("storage refused")
+    assert rows.count() >= 1
+    dash.shot(admin, "dead")

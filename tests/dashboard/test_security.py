@@ -1,0 +1,172 @@
+"""Signing in, what a namespace token may see, and job data that tries to be markup."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Dialog, Page, expect
+
+from tests.dashboard.conftest import ADMIN, Dash, browser_page, sign_in_token, signed_in_client
+from tests.dashboard.story import OTHER_NAMESPACE, SCRIPT
+from tests.server.harness import running_server, wait_until
+
+# What does not depend on the backend runs on SQLite only, to keep the suite quick.
+SQLITE_ONLY = pytest.mark.parametrize("dash", ["sqlite"], indirect=True)
+
+
+@SQLITE_ONLY
+def test_every_page_needs_a_sign_in(page: Page, dash: Dash) -> None:
+    for path in ("/", "/ui/jobs", f"/ui/jobs/{dash.story.dead}", "/ui/dead", "/ui/lanes",
+                 "/ui/workers"):  # fmt: skip
+        page.goto(dash.url(path))
+        expect(page).to_have_title("Sign in · ferryq")
+    with httpx.Client(base_url=dash.base) as client:
+        fragment = client.get("/ui/jobs", headers={"X-Ferryq-Fragment": "1"})
+        assert fragment.status_code == 401
+        assert "user0@example.com" not in fragment.text
+
+
+@SQLITE_ONLY
+def test_a_wrong_password_is_refused_and_the_right_one_goes_where_asked(
+    page: Page, dash: Dash
+) -> None:
+    page.goto(dash.url("/ui/dead"))
+    page.fill("#admin-login input[name=user]", ADMIN[0])
+    page.fill("#admin-login input[name=password]", "not-the-password")
+    page.click("#admin-login button[type=submit]")
+    expect(page.locator(".error")).to_have_text("Wrong credential or token.")
+    expect(page).to_have_title("Sign in · ferryq")
+    dash.shot(page, "login")
+    page.fill("#admin-login input[name=user]", ADMIN[0])
+    page.fill("#admin-login input[name=password]", ADMIN[1])
+    page.click("#admin-login button[type=submit]")
+    expect(page).to_have_title("Dead letters · ferryq")
+    session = next(c for c in page.context.cookies() if c["name"] == "ferryq_session")
+    assert session["httpOnly"] and session["sameSite"] == "Strict" and session["path"] == "/ui"
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_title("Sign in · ferryq")
+    page.goto(dash.url("/ui/dead"))
+    expect(page).to_have_title("Sign in · ferryq")
+
+
+@SQLITE_ONLY
+def test_job_data_is_shown_as_text_and_never_runs(admin: Page, dash: Dash) -> None:
+    dialogs: list[str] = []
+
+    def dismiss(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    admin.on("dialog", dismiss)
+    response = admin.goto(dash.url(f"/ui/jobs/{dash.story.injected}"))
+    assert response is not None
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    expect(admin.locator("#args")).to_contain_text("<script>window.__injected = 1</script><img")
+    expect(admin.locator("#traceback")).to_contain_text(SCRIPT)
+    assert admin.locator("#live script, #live img").count() == 0
+    for path in ("/ui/jobs?ns=default&queue=uploads", "/ui/dead?ns=default", "/ui/?ns=default"):
+        admin.goto(dash.url(path))
+        expect(admin.get_by_text("window.__injected").first).to_be_visible()
+        assert admin.locator("#live script, #live img").count() == 0
+    admin.goto(dash.url(f"/ui/jobs/{dash.story.injected}"))
+    expect(admin.locator("#live-status")).to_contain_text("·")  # a live update has come in
+    assert admin.evaluate("window.__injected") is None
+    assert dialogs == []
+
+
+def test_a_namespace_token_sees_its_namespace_only(browser: Browser, dash: Dash) -> None:
+    token = dash.token(OTHER_NAMESPACE)
+    story = dash.story
+    with browser_page(browser) as page:
+        sign_in_token(page, dash, token)
+        expect(page).to_have_title("Overview · ferryq")
+        expect(page.locator(".viewer")).to_contain_text(f"namespace {OTHER_NAMESPACE}")
+        expect(page.locator('tr[data-queue="private"]')).to_be_visible()
+        expect(page.locator('tr[data-queue="mail"]')).to_have_count(0)
+        dash.shot(page, "token-overview")
+
+        page.goto(dash.url("/ui/jobs?ns=default"))  # asking for another namespace changes nothing
+        rows = page.locator("tr[data-job]")
+        expect(rows).to_have_count(len(story.secret))
+        page.goto(dash.url(f"/ui/jobs/{story.secret[0]}"))
+        expect(page.locator("#args")).to_contain_text("alpha")
+        page.goto(dash.url(f"/ui/jobs/{story.dead}"))
+        expect(page.locator("h1")).to_have_text("404")
+        expect(page.get_by_text("storage refused")).to_have_count(0)
+        page.goto(dash.url("/ui/dead"))
+        expect(page.get_by_text("No dead letters.")).to_be_visible()
+        page.goto(dash.url("/ui/lanes?ns=default"))
+        expect(page.get_by_text("orders:1")).to_have_count(0)
+
+
+def test_a_token_cannot_act_on_another_namespace(dash: Dash) -> None:
+    token = dash.token(OTHER_NAMESPACE)
+    with httpx.Client(base_url=dash.base, timeout=30) as client:
+        csrf = _csrf(client.get("/ui/login").text)
+        assert client.post("/ui/login", data={"csrf": csrf, "token": token}).status_code == 303
+        csrf = _csrf(client.get("/ui/").text)
+        answer = client.post("/ui/actions", data={"csrf": csrf, "action": "purge", "confirm": "yes",
+                                                  "ids": str(dash.story.dead)})  # fmt: skip
+        assert answer.status_code == 303
+        assert "n=0" in answer.headers["location"]
+    with signed_in_client(dash) as admin:
+        assert "Job #" in admin.get(f"/ui/jobs/{dash.story.dead}").text
+
+
+@SQLITE_ONLY
+def test_a_revoked_token_ends_its_sessions(dash: Dash) -> None:
+    token = dash.token(OTHER_NAMESPACE)
+    with httpx.Client(base_url=dash.base, timeout=30) as client:
+        csrf = _csrf(client.get("/ui/login").text)
+        assert client.post("/ui/login", data={"csrf": csrf, "token": token}).status_code == 303
+        assert client.get("/ui/jobs").status_code == 200
+        with dash.server.admin_client() as admin:
+            assert admin.delete(f"/token/{OTHER_NAMESPACE}/{token}").status_code == 204
+        wait_until(lambda: client.get("/ui/jobs").status_code == 303, within=10,
+                   interval=0.2, what="the session to end")  # fmt: skip
+
+
+@SQLITE_ONLY
+def test_forms_need_the_session_csrf_value_and_this_origin(dash: Dash) -> None:
+    with signed_in_client(dash) as client:
+        target = {"action": "respawn", "confirm": "yes", "ids": str(dash.story.dead)}
+        assert client.post("/ui/actions", data=target).status_code == 403
+        assert client.post("/ui/actions", data={**target, "csrf": "forged"}).status_code == 403
+        csrf = _csrf(client.get("/ui/").text)
+        cross = client.post("/ui/actions", data={**target, "csrf": csrf},
+                            headers={"Origin": "http://evil.example"})  # fmt: skip
+        assert cross.status_code == 403
+        assert "dead since" in client.get(f"/ui/jobs/{dash.story.dead}").text
+
+
+@pytest.fixture
+def plain_server(tmp_path: Path, dash: Dash) -> Iterator[str]:
+    """A second server on the same database, without an admin credential."""
+    with running_server(dash.story.url, tmp_path) as server:
+        yield server.api
+
+
+@SQLITE_ONLY
+def test_without_an_admin_credential_only_tokens_sign_in(plain_server: str, dash: Dash) -> None:
+    with httpx.Client(base_url=plain_server, timeout=30) as client:
+        form = client.get("/ui/login")
+        assert 'id="admin-login"' not in form.text
+        assert "Operator sign-in is off" in form.text
+        refused = client.post("/ui/login", data={"csrf": _csrf(form.text), "user": "",
+                                                 "password": ""})  # fmt: skip
+        assert refused.status_code == 401
+        token = dash.token(OTHER_NAMESPACE)
+        signed = client.post("/ui/login", data={"csrf": _csrf(refused.text), "token": token})
+        assert signed.status_code == 303
+        assert "secret" in client.get("/ui/jobs").text
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None, html[:500]
+    return found[1]

@@ -1,0 +1,166 @@
+"""The dashboard's pure parts: the hour's tally, a job's timeline, the charts, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
+
+import pytest
+
+from ferryq.dashboard import charts, views
+from ferryq.dashboard.auth import Sessions, Viewer
+from ferryq.dashboard.overviews import Overviews
+from ferryq.dashboard.routes import Dashboard
+from ferryq.job import Job, State
+from ferryq.server.engine import Engine
+from ferryq.store.base import Store, Token
+
+NOW = 1_800_000_000.0
+T = TypeVar("T")
+SINCE = NOW - 3600
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own thread: the browser's loop may hold this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def job(job_id: int, state: State, **fields: Any) -> Job:
+    return Job(job_id, "default", "q", "t", [], state, **fields)
+
+
+def failure(at: float, attempt: int, kind: str = "RuntimeError") -> dict[str, Any]:
+    return {"type": kind, "message": "boom", "traceback": "Traceback…", "attempt": attempt,
+            "stage": None, "worker": "w1", "at": at}  # fmt: skip
+
+
+def test_the_tally_counts_finishes_failures_lag_and_lease_recoveries() -> None:
+    jobs = [
+        job(1, State.SUCCEEDED, run_at=NOW - 100, claimed_at=NOW - 99.5, finished_at=NOW - 99),
+        job(
+            2, State.DEAD, finished_at=NOW - 30, errors=[failure(NOW - 40, 1), failure(NOW - 30, 2)]
+        ),
+        job(3, State.READY, errors=[failure(NOW - 20, 1, "LeaseExpired")]),
+        job(4, State.SUCCEEDED, finished_at=NOW - 7200),  # before the hour
+        job(5, State.CANCELLED, finished_at=NOW - 10),
+    ]
+    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    # The dead job's last failure is its death, not a retried attempt.
+    assert (tally.finished, tally.dead, tally.failed) == (3, 1, 2)
+    assert tally.lease_recoveries == 1
+    assert tally.complete
+    last = tally.buckets[-1]
+    assert (last.succeeded, last.dead, last.other) == (0, 1, 1)
+    waits = [w for b in tally.buckets for w in b.waits]
+    assert waits == [0.5]
+
+
+def test_a_sample_cut_short_says_from_when_it_covers() -> None:
+    tally = views.tally([], SINCE, NOW, NOW - 600)
+    assert not tally.complete
+    svg = charts.throughput(tally)
+    assert 'class="cut"' in svg
+
+
+def test_the_timeline_puts_attempts_and_stages_in_order() -> None:
+    dead = job(
+        9, State.DEAD, created_at=NOW - 50, run_at=NOW - 50, attempts=2, fence=2, worker="w1",
+        claimed_at=NOW - 10, started_at=NOW - 9.9, finished_at=NOW - 9,
+        errors=[failure(NOW - 20, 1), failure(NOW - 9, 2)],
+        stages=[{"stage": None, "outcome": "next", "started_at": NOW - 45,
+                 "finished_at": NOW - 44}],
+    )  # fmt: skip
+    events = views.timeline(dead)
+    assert [e.what for e in events] == [
+        "enqueued", "stage first stage done", "attempt 1 failed", "attempt 2 claimed",
+        "attempt 2 started", "attempt 2 failed, no tries left: dead",
+    ]  # fmt: skip
+    assert "fencing token 2" in events[3].detail
+    assert events[2].traceback == "Traceback…"
+
+
+def test_charts_escape_their_text_and_hold_only_numbers() -> None:
+    jobs = [job(1, State.SUCCEEDED, finished_at=NOW - 5, claimed_at=NOW - 6, run_at=NOW - 8)]
+    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    for svg in (charts.throughput(tally), charts.lag(tally)):
+        assert svg.startswith("<svg") and svg.endswith("</svg>")
+        assert "<script" not in svg
+
+
+class _Tokens:
+    """Just enough of a store for sessions: one token, which can be revoked."""
+
+    def __init__(self, token: Token) -> None:
+        self.token: Token | None = token
+
+    async def token_get(self, digest: str) -> Token | None:
+        return self.token if self.token and self.token.digest == digest else None
+
+
+def test_sessions_are_signed_and_end_with_their_token() -> None:
+    token = Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW)
+    tokens = _Tokens(token)
+    store: Store = tokens  # type: ignore[assignment]
+    sessions = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)
+    admin = sessions.admin("admin", "pw")
+    assert admin is not None and admin.namespace is None
+    assert sessions.admin("admin", "wrong") is None
+    assert sessions.admin("root", "pw") is None
+
+    cookie = sessions.sign(sessions.token(token))
+    viewer = run(sessions.read(cookie))
+    assert viewer is not None and viewer.namespace == "tenant"
+    body, mac = cookie.split(".")
+    assert run(sessions.read(f"{body}x.{mac}")) is None
+    other = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)  # another server's key
+    assert run(other.read(cookie)) is None
+    later = Sessions(lambda: store, "admin:pw", key=b"k" * 32, clock=lambda: NOW + 13 * 3600)
+    assert run(later.read(later.sign(viewer))) is None  # expired
+
+    without_admin = Sessions(lambda: store, None, clock=lambda: NOW)
+    assert without_admin.admin("", "") is None
+    assert run(without_admin.read(without_admin.sign(admin))) is None
+
+
+def test_a_first_overview_is_waited_for_briefly_then_counted_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        go = asyncio.Event()
+        counted: list[str | None] = []
+
+        made = views.tally([], SINCE, NOW, SINCE)
+
+        async def slow_overview(store: Store, namespace: str | None, now: float) -> Any:
+            counted.append(namespace)
+            await go.wait()
+            return views.Overview([], {}, made, [], [], [], now)
+
+        monkeypatch.setattr(views, "overview", slow_overview)
+        overviews = Overviews(f"sqlite:///{tmp_path}/ferryq.db", lambda: NOW)
+        assert await overviews.get("a", wait=0.01) is None  # still counting
+        assert await overviews.get("a", wait=0.01) is None  # the same count, not a second
+        go.set()
+        first = await overviews.get("a", wait=1.0)
+        assert first is not None and first.activity is made
+        assert await overviews.get("a", wait=0.01) is first  # kept
+        assert counted == ["a"]
+        await overviews.close()
+
+    run(scenario())
+
+
+def test_the_overview_page_says_it_is_counting_until_its_first_count() -> None:
+    engine = SimpleNamespace(app=SimpleNamespace(url="sqlite:///unused.db"), now=lambda: NOW)
+    dashboard = Dashboard(cast(Engine, engine), "admin:pw", "/ui")
+    viewer = Viewer("admin", None, "admin", "csrf-value")
+    page = dashboard.env.get_template("overview.html").render(
+        viewer=viewer, now=NOW, title="Overview", active="overview", notice=None, error=None,
+        fragment="fragments/counting.html", ns="",
+    )  # fmt: skip
+    assert 'id="counting"' in page and 'id="live"' in page
