@@ -29,7 +29,7 @@ from ferryq.errors import (
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
-from ferryq.periodic import Periodic, Schedule
+from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
 from ferryq.store.base import JobFilter, LaneInfo, NewJob
@@ -162,6 +162,7 @@ class App:
         an existing task to give it a schedule too.
         """
         schedule = Schedule.of(cron=cron, every=every)
+        check_catch_up(catch_up)  # now, before any task is registered
         register_task = self.task(name=name, queue=queue, max_tries=max_tries, retry=retry,
                                   ttr=ttr, ttl=ttl, priority=priority)  # fmt: skip
 

@@ -78,12 +78,16 @@ class Periodic:
     catch_up: int = 1
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.catch_up, bool)
-            or not isinstance(self.catch_up, int)
-            or not 0 <= self.catch_up <= MAX_CATCH_UP
-        ):
-            raise ValueError(f"catch_up must be an integer from 0 to {MAX_CATCH_UP}")
+        check_catch_up(self.catch_up)
+
+
+def check_catch_up(catch_up: int) -> None:
+    if (
+        isinstance(catch_up, bool)
+        or not isinstance(catch_up, int)
+        or not 0 <= catch_up <= MAX_CATCH_UP
+    ):
+        raise ValueError(f"catch_up must be an integer from 0 to {MAX_CATCH_UP}")
 
 
 def due_ticks(

@@ -88,7 +88,7 @@ def test_registration(backend_url: str, clock: FrozenClock) -> None:
     with pytest.raises(ValueError, match="not a valid minute"):
         app.periodic(cron="x * * * *")
     with pytest.raises(ValueError, match="catch_up"):
-        app.periodic(every=60, catch_up=-1)(_noop)
+        app.periodic(every=60, catch_up=-1)
     app.close()
 
 
