@@ -21,7 +21,7 @@ from rich.text import Text
 from ferryq.insights import Explanation, Stats, when
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
-from ferryq.store.base import LaneInfo, Token
+from ferryq.store.base import LaneInfo, PeriodicState, Token
 
 STATE_STYLES: dict[State, str] = {
     State.SCHEDULED: "cyan",
@@ -215,15 +215,28 @@ def errors_table(errors: Iterable[Mapping[str, Any]]) -> Table:
 
 
 def stages_table(stages: Iterable[Mapping[str, Any]]) -> Table:
+    """The stages a job went through, each with how it ended; the current stage, if
+    the job is not finished, is not among them yet."""
     table = _table()
-    for name in ("stage", "outcome", "started", "finished"):
-        table.add_column(name, overflow="fold")
-    for stage in stages:
+    for name in ("#", "stage", "outcome", "tries", "last try started", "finished"):
+        table.add_column(name, overflow="fold", justify="right" if name == "#" else "left")
+    for number, stage in enumerate(stages, 1):
         table.add_row(
-            text(stage.get("stage")), text(stage.get("outcome")),
-            when(stage.get("started_at")), when(stage.get("finished_at")),
+            str(number), text(stage.get("stage")), text(stage.get("outcome")),
+            text(stage.get("attempts")), when(stage.get("started_at")),
+            when(stage.get("finished_at")),
         )  # fmt: skip
     return table
+
+
+def stages_text(stages: Iterable[Mapping[str, Any]]) -> str:
+    """A stage history on one line: ``audit: next (1 try); transcode: dead (3 tries)``."""
+    parts = []
+    for stage in stages:
+        tries = stage.get("attempts")
+        count = "" if tries is None else f" ({tries} {'try' if tries == 1 else 'tries'})"
+        parts.append(f"{stage.get('stage') or 'first stage'}: {stage.get('outcome')}{count}")
+    return "; ".join(parts)
 
 
 # -- explain and stats ---------------------------------------------------------
@@ -235,6 +248,8 @@ def explanation_text(explanation: Explanation) -> Text:
     for key, value in explanation.data.items():
         if key == "error" and isinstance(value, Mapping):
             value = f"{value.get('type', 'error')}: {value.get('message', '')}"
+        elif key == "stages" and isinstance(value, list):
+            value = stages_text(value) or "-"
         elif key.endswith(("_at", "_until")) and isinstance(value, int | float):
             value = when(value)
         shown = value if isinstance(value, str) else json.dumps(plain(value), ensure_ascii=False)
@@ -291,7 +306,26 @@ def stats_view(stats: Stats, now: float) -> Group:
         parts.append(workers_table(stats, now))
     else:
         parts.append(Text("no live workers", style="yellow"))
+    if stats.periodic:
+        parts.append(periodic_table(stats.periodic, now))
     return Group(*parts)
+
+
+def periodic_table(periodic: Iterable[PeriodicState], now: float) -> Table:
+    table = _table("periodic tasks")
+    for name in ("task", "schedule", "queue", "last tick (UTC)", "last job", "next tick (UTC)"):
+        table.add_column(name, overflow="fold")
+    for entry in periodic:
+        last_job = Text("-", style="dim")
+        if entry.last_job is not None:
+            last_job = Text(f"{entry.last_job} ")
+            if entry.last_state is not None:
+                last_job.append_text(state_text(State(entry.last_state)))
+        table.add_row(
+            Text(entry.task), Text(entry.schedule), Text(entry.queue),
+            short_when(entry.last_tick, now), last_job, short_when(entry.next_tick, now),
+        )  # fmt: skip
+    return table
 
 
 # -- lanes ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ from ferryq.errors import (
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
+from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
 from ferryq.store.base import JobFilter, LaneInfo, NewJob
@@ -82,6 +83,7 @@ class App:
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Periodic] = {}  # periodic tasks, by task name
         # One store per event loop: a connection pool belongs to the loop it was made on.
         self._stores: dict[asyncio.AbstractEventLoop, Store] = {}
         self._store_lock = threading.Lock()
@@ -136,6 +138,49 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        catch_up: int = 1,
+        name: str | None = None,
+        queue: str | None = None,
+        max_tries: int | None = None,
+        retry: Backoff | None = None,
+        ttr: float | None = None,
+        ttl: float | None = None,
+        priority: float | None = None,
+    ) -> TaskDecorator:
+        """Run a task on a schedule: ``@app.periodic(cron="*/5 * * * *")`` (UTC) or
+        ``@app.periodic(every=30)`` (seconds, counted from the Unix epoch).
+
+        One job per tick, whatever the number of workers. Ticks missed while no
+        worker ran are not all replayed: the latest ``catch_up`` of them run (0: none).
+        The handler takes no arguments but an optional ``ferryq.Context``; decorate
+        an existing task to give it a schedule too.
+        """
+        schedule = Schedule.of(cron=cron, every=every)
+        check_catch_up(catch_up)  # now, before any task is registered
+        register_task = self.task(name=name, queue=queue, max_tries=max_tries, retry=retry,
+                                  ttr=ttr, ttl=ttl, priority=priority)  # fmt: skip
+
+        def register(fn: Callable[..., Any]) -> Task[Any, Any]:
+            task = fn if isinstance(fn, Task) else register_task(fn)
+            if task.name in self.schedules:
+                raise ConfigurationError(f"task {task.name!r} already has a schedule")
+            if not task.callable_without_arguments():
+                if fn is not task:
+                    del self.tasks[task.name]
+                raise ConfigurationError(
+                    f"periodic task {task.name!r} must be callable without arguments: "
+                    "its jobs have none"
+                )
+            self.schedules[task.name] = Periodic(task.name, task.queue, schedule, catch_up)
+            return task
+
+        return register
 
     # -- the store and the portal ------------------------------------------------
 

@@ -623,7 +623,7 @@ def print_rules(rules: Sequence[lanes_module.LaneRule], as_json: bool) -> None:
 @json_option
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
-    """Jobs by queue and state, and the live workers."""
+    """Jobs by queue and state, the live workers and the periodic tasks."""
     app = get_app(ctx)
     current = app.stats()
     if as_json:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ferryq.errors import JobNotFound
 from ferryq.job import Job, State
-from ferryq.store.base import Store, WorkerInfo
+from ferryq.store.base import PeriodicState, Store, WorkerInfo
 
 #: A worker whose last heartbeat is older than this is not counted as live.
 WORKER_ALIVE_SECONDS = 15.0
@@ -149,13 +149,21 @@ async def _explain_ready(store: Store, job: Job, now: float) -> Explanation:
 
 
 def _say(job: Job, reason: str, message: str, **data: Any) -> Explanation:
-    return Explanation(job.id, job.state, reason, f"job {job.id}: {message}", data)
+    if job.stage is None and not job.stages:
+        return Explanation(job.id, job.state, reason, f"job {job.id}: {message}", data)
+    # A multi-stage job: which stage this is about, and how the earlier ones went.
+    number = 1 + sum(1 for record in job.stages if record.get("outcome") == "next")
+    name = "" if job.stage is None else f", {job.stage!r}"
+    data.update(stage=job.stage, stage_number=number, stages=job.stages)
+    return Explanation(job.id, job.state, reason, f"job {job.id} (stage {number}{name}): {message}",
+                       data)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Stats:
     counts: dict[str, dict[str, int]]  # queue -> state -> count
     workers: list[WorkerInfo]
+    periodic: list[PeriodicState] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,6 +180,20 @@ class Stats:
                 }
                 for w in self.workers
             ],
+            "periodic": [
+                {
+                    "task": p.task,
+                    "schedule": p.schedule,
+                    "queue": p.queue,
+                    "catch_up": p.catch_up,
+                    "last_tick": p.last_tick,
+                    "last_job": p.last_job,
+                    "last_state": p.last_state,
+                    "next_tick": p.next_tick,
+                    "updated_at": p.updated_at,
+                }
+                for p in self.periodic
+            ],
         }
 
 
@@ -183,4 +205,4 @@ async def stats(store: Store, namespace: str, now: float) -> Stats:
         w for w in await store.worker_list(alive_since=now - WORKER_ALIVE_SECONDS)
         if w.namespace == namespace
     ]  # fmt: skip
-    return Stats(counts, workers)
+    return Stats(counts, workers, await store.periodic_list(namespace))

@@ -59,6 +59,14 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
 
+    def callable_without_arguments(self) -> bool:
+        """Whether the handler can run with no arguments (besides its Context)."""
+        try:
+            self._signature.bind()
+        except TypeError:
+            return False
+        return True
+
     @property
     def queue(self) -> str:
         return self.defaults.queue or "default"

@@ -207,7 +207,8 @@ def timeline(job: Job) -> list[Event]:
     events = [Event(job.created_at, "enqueued", _enqueue_detail(job))]
     for record in job.stages:
         finished = record.get("finished_at")
-        if isinstance(finished, int | float):
+        # The last stage's own record repeats the job's end, which has a line below.
+        if isinstance(finished, int | float) and record.get("outcome", "next") == "next":
             stage = record.get("stage") or "first stage"
             events.append(Event(finished, f"stage {stage} done", _span(record), "ok"))
     for number, error in enumerate(job.errors, 1):

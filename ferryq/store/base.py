@@ -171,6 +171,49 @@ class Token:
     limit_interval: float | None = None
 
 
+@dataclass(slots=True)
+class PeriodicEntry:
+    """A periodic task as its leader declares it (see ``Store.periodic_sync``)."""
+
+    task: str
+    schedule: str  # ferryq.periodic.Schedule.spec
+    queue: str
+    catch_up: int
+
+
+@dataclass(slots=True)
+class PeriodicState:
+    """A periodic task as stored: its schedule and how far it has been handled.
+
+    Ticks up to ``checked_until`` have been enqueued or, as missed ticks beyond the
+    catch-up, skipped. ``last_state`` is the state of the job of ``last_tick``.
+    """
+
+    namespace: str
+    task: str
+    schedule: str
+    queue: str
+    catch_up: int
+    checked_until: float
+    last_tick: float | None
+    last_job: int | None
+    next_tick: float | None
+    updated_at: float
+    last_state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicAdvance:
+    """How far a periodic task was handled: ``last_tick`` and ``last_job`` stay as
+    stored when None."""
+
+    checked_until: float
+    next_tick: float | None
+    updated_at: float
+    last_tick: float | None = None
+    last_job: int | None = None
+
+
 class Store(Protocol):
     """Persistence for jobs, workers and leadership. See the module docstring."""
 
@@ -324,6 +367,22 @@ class Store(Protocol):
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool: ...
 
     async def leader_release(self, name: str, holder: str) -> None: ...
+
+    # periodic tasks (their leader only, but for the listing)
+    async def periodic_sync(
+        self, namespace: str, entries: Sequence[PeriodicEntry], now: float
+    ) -> list[PeriodicState]:
+        """Record these periodic tasks (a new one is handled up to ``now``: its
+        first tick is the next one) and return them as stored."""
+
+    async def periodic_advance(
+        self, namespace: str, task: str, checked_from: float, advance: PeriodicAdvance
+    ) -> bool:
+        """Move a periodic task on, if it is still at ``checked_from``; False when
+        another leader moved it first (its enqueues were deduplicated, so nothing is
+        lost or doubled)."""
+
+    async def periodic_list(self, namespace: str) -> list[PeriodicState]: ...
 
     # workers
     async def worker_beat(self, worker: WorkerInfo) -> None: ...

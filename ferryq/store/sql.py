@@ -36,6 +36,12 @@ TOKEN_COLUMNS = (
     "limit_interval",
 )  # fmt: skip
 
+# In the order of the fields of base.PeriodicState, so a row is PeriodicState(*row).
+PERIODIC_COLUMNS = (
+    "namespace", "task", "schedule", "queue", "catch_up", "checked_until", "last_tick",
+    "last_job", "next_tick", "updated_at",
+)  # fmt: skip
+
 _JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
 
 
@@ -124,19 +130,9 @@ def requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
         "started_at": finish.started_at, "finished_at": finish.finished_at,
     }  # fmt: skip
     if finish.kind == "next":
-        record = {
-            "stage": finish.error and finish.error.get("stage"),
-            "outcome": "next",
-            "started_at": finish.started_at,
-            "finished_at": finish.finished_at,
-        }
         return "job_next_stage", {
-            **common,
-            **timing,
-            "stage": finish.stage,
-            "context": finish.context or "null",
-            "stage_record": json.dumps(record),
-        }
+            **common, **timing, "stage": finish.stage, "context": finish.context or "null",
+        }  # fmt: skip
     error = None if finish.error is None else json.dumps(finish.error)
     return "job_requeue", {**common, **timing, "error": error}
 

@@ -79,7 +79,7 @@ async def run(
     if attempt.stop is Stop.CANCEL:  # cancelled while running: the outcome is dropped
         return Finish("cancelled", job.id, job.fence, now, started)
     if isinstance(value, Next):
-        return _next_stage(attempt, value, now)
+        return _next_stage(attempt, value, now, worker)
     try:
         result = "null" if value is None else _json.dumps(value, f"result of {job.task}")
     except SerializationError as exc:
@@ -119,17 +119,17 @@ def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:
     return Finish("returned", job.id, job.fence, now)
 
 
-def _next_stage(attempt: Attempt, step: Next, now: float) -> Finish:
+def _next_stage(attempt: Attempt, step: Next, now: float, worker: str) -> Finish:
     job = attempt.job
     try:
         context = _json.dumps(step.context, f"context for stage {step.stage!r}")
     except SerializationError as exc:
-        return failure(job, exc, now, "", permanent=True, started_at=attempt.started_at)
+        return failure(job, exc, now, worker, permanent=True, started_at=attempt.started_at)
     run_at = now + step.delay
     return Finish(
         "next", job.id, job.fence, now, attempt.started_at,
         run_at=run_at, order_time=policy.order_time(run_at, job.priority),
-        stage=step.stage, context=context, error={"stage": job.stage},
+        stage=step.stage, context=context,
     )  # fmt: skip
 
 

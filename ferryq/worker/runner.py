@@ -23,6 +23,7 @@ from ferryq.worker import executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Stop
 from ferryq.worker.maintenance import MaintenanceLoop
+from ferryq.worker.periodic import PeriodicLoop
 from ferryq.worker.producer import Producer
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class Worker:
         self._completer: Completer | None = None
         self._started_at = 0.0
         self._maintenance: MaintenanceLoop | None = None
+        self._periodic: PeriodicLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -108,6 +110,11 @@ class Worker:
             store, self.id, self.app.clock, interval=self.maintenance_interval,
             leader_ttl=self.leader_ttl, retention=self.history_retention,
         )  # fmt: skip
+        if self.app.schedules:
+            self._periodic = PeriodicLoop(
+                self.app, store, self.id, self.app.clock, interval=self.maintenance_interval,
+                leader_ttl=self.leader_ttl,
+            )  # fmt: skip
         self._started_at = self.app.clock()
         self._install_signals()
         log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
@@ -117,9 +124,13 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop(), name="ferryq-heartbeat"),
             asyncio.create_task(maintenance.run(), name="ferryq-maintenance"),
         ]
+        if self._periodic is not None:
+            background.append(asyncio.create_task(self._periodic.run(), name="ferryq-periodic"))
         try:
             if self.burst:
                 await maintenance.once()
+                if self._periodic is not None:
+                    await self._periodic.once()
             await producer.run(self.burst)
             await self._shutdown()
         finally:
@@ -161,6 +172,8 @@ class Worker:
             await store.worker_remove(self.id)
             if self._maintenance is not None:
                 await self._maintenance.leave()
+            if self._periodic is not None:
+                await self._periodic.leave()
         except Exception:
             log.exception("could not deregister worker %s", self.id)
 

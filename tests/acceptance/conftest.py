@@ -21,13 +21,15 @@ class Workers:
         self.procs: list[subprocess.Popen[str]] = []
         self.stderr_paths: dict[int, Path] = {}
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
+    def start(
+        self, *args: str, module: str = "tests.acceptance.worker_main"
+    ) -> subprocess.Popen[str]:
         env = {**os.environ, "FERRYQ_URL": self.url, "FERRYQ_TEST_LOG_DIR": str(self.log_dir),
                "PYTHONPATH": str(ROOT)}  # fmt: skip
         # Logs go to a file: a pipe nobody reads would stall a chatty worker.
         with open(self.log_dir / f"worker-{len(self.procs)}.stderr", "w") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.acceptance.worker_main", *args],
+                [sys.executable, "-m", module, *args],
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
             )  # fmt: skip
         self.procs.append(proc)
@@ -60,6 +62,14 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
 def pg_workers(pg_url: str, tmp_path: Path) -> Iterator[Workers]:
     """Worker processes on a PostgreSQL database."""
     yield from _workers(pg_url, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_workers(request: pytest.FixtureRequest) -> Workers:
+    """Worker processes on SQLite, then on PostgreSQL."""
+    name = "workers" if request.param == "sqlite" else "pg_workers"
+    found: Workers = request.getfixturevalue(name)
+    return found
 
 
 def _workers(url: str, tmp_path: Path) -> Iterator[Workers]:

@@ -37,3 +37,18 @@ def hold(ctx: ferryq.Context, started_fifo: str, go_fifo: str | None) -> str:
         with open(go_fifo) as fifo:
             fifo.read()
     return f"attempt {ctx.attempt} by {os.getpid()}"
+
+
+@app.task(ttr=1, max_tries=3, retry=ferryq.backoff.fixed(0))
+def two_stages(ctx: ferryq.Context, started_fifo: str) -> object:
+    """Stage one hands on at once; stage two says it started, then blocks on its
+    first try (killed there)."""
+    _log_line(f"{ctx.job_id} stage={ctx.stage} attempt={ctx.attempt} {os.getpid()}")
+    if ctx.stage is None:
+        return ferryq.Next("two", context={"one_by": os.getpid()})
+    if ctx.attempt == 1:
+        with open(started_fifo, "w") as fifo:
+            fifo.write(f"{os.getpid()}\n")
+        while True:
+            signal.pause()
+    return {**ctx.context, "two_by": os.getpid()}

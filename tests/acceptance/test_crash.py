@@ -8,7 +8,7 @@ from pathlib import Path
 
 import ferryq
 from tests.acceptance.conftest import Workers, read_fifo
-from tests.acceptance.tasks import hold
+from tests.acceptance.tasks import hold, two_stages
 
 
 def _enqueue_hold(app: ferryq.App, started: str, go: str | None) -> ferryq.JobHandle:
@@ -58,4 +58,30 @@ def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
     assert "stale completion" in late_log
     job = app.get_job(handle.id)
     assert job.state == "succeeded" and job.result == result and job.fence == 2
+    app.close()
+
+
+def test_a_worker_killed_in_stage_two_reruns_stage_two_only(
+    any_workers: Workers, tmp_path: Path
+) -> None:
+    app = ferryq.App(any_workers.url)
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    # This App has no tasks registered: the task's options go with the enqueue.
+    handle = app.enqueue(two_stages.name, [str(started)], ttr=1, max_tries=3,
+                         retry=ferryq.backoff.fixed(0))  # fmt: skip
+    victim = any_workers.start()
+    assert int(read_fifo(started)) == victim.pid  # stage one done, stage two running
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    rescuer = any_workers.start()
+    assert handle.result(timeout=30) == {"one_by": victim.pid, "two_by": rescuer.pid}
+    runs = sorted(line.split()[1:3] for line in any_workers.log_lines())
+    assert runs == [["stage=None", "attempt=1"], ["stage=two", "attempt=1"],
+                    ["stage=two", "attempt=2"]]  # fmt: skip
+    job = app.get_job(handle.id)
+    assert [(s["stage"], s["outcome"], s["attempts"]) for s in job.stages] == [
+        (None, "next", 1), ("two", "succeeded", 2),
+    ]  # fmt: skip
+    assert "lease expired" in job.errors[0]["message"] and job.errors[0]["stage"] == "two"
     app.close()

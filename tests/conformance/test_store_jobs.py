@@ -175,19 +175,6 @@ async def test_dead_keeps_every_error(store: Store) -> None:
     assert dead.error == {"message": "fail 2"}
 
 
-async def test_next_stage_saves_context_and_resets_tries(store: Store) -> None:
-    job_id = await insert(store, NOW, stage="audit")
-    job = await claim_one(store, NOW)
-    finish = Finish("next", job_id, job.fence, NOW + 1, NOW, run_at=NOW + 1, order_time=NOW + 1,
-                    stage="transcode", context='{"k":1}', error={"stage": "audit"})  # fmt: skip
-    assert (await store.job_finish_many([finish])).accepted == [job_id]
-    moved = await store.job_get(job_id)
-    assert moved is not None
-    assert moved.state == State.READY and moved.stage == "transcode"
-    assert moved.context == {"k": 1} and moved.attempts == 0
-    assert moved.stages[0]["stage"] == "audit"
-
-
 async def test_returned_job_is_ready_again_without_a_charged_try(store: Store) -> None:
     job_id = await insert(store, NOW)
     job = await claim_one(store, NOW)

@@ -487,3 +487,24 @@ def test_demo_runs_the_story_and_prints_a_summary(ferryq: Run) -> None:
     assert "one at a time, in the order written" in said
     assert "lane 'tenant:slowco' is at its limit of 2" in said
     assert "lanes ls" in said
+
+
+def test_stages_in_jobs_show_and_explain_and_periodic_tasks_in_stats(ferryq: Run) -> None:
+    tasks = "tests.integration.cli_pipeline:app"
+    job_id = enqueue(ferryq, "two_stages", "[]", "--app", tasks)
+    ok(ferryq("worker", tasks, "--burst"))
+    shown = job(ferryq, job_id)
+    assert shown["state"] == "succeeded" and shown["result"] == {"from": "first"}
+    assert [(s["stage"], s["outcome"]) for s in shown["stages"]] == [
+        (None, "next"), ("finish", "succeeded"),
+    ]  # fmt: skip
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert "stages (2)" in page and "finish" in page and "tries" in page
+    explained = ok(ferryq("jobs", "explain", str(job_id))).stdout
+    assert "(stage 2, 'finish')" in explained
+    assert "first stage: next (1 try); finish: succeeded (1 try)" in explained
+    (periodic,) = as_json(ferryq("stats", "--json"))["periodic"]
+    assert periodic["task"] == "daily_report" and periodic["schedule"] == "every 86400 s"
+    assert periodic["next_tick"] % 86400 == 0 and periodic["last_job"] is None
+    table = ok(ferryq("stats")).stdout
+    assert "periodic tasks" in table and "daily_report" in table

@@ -10,6 +10,7 @@ from typing import Any
 from ferryq.store.sql import (
     CLAIM_COLUMNS,
     JOB_COLUMNS,
+    PERIODIC_COLUMNS,
     TOKEN_COLUMNS,
     load_migrations,
     load_statements,
@@ -19,12 +20,30 @@ from ferryq.store.sql import (
 _ADD_ERROR = (
     "CASE WHEN j.f_error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(j.f_error) END"
 )
+
+
+def _add_stage(outcome: str, started: str, finished: str) -> str:
+    """``stages`` with the record of the stage that ends as ``outcome``, for a job
+    that has stages (a plain job keeps its empty list)."""
+    record = (f"jsonb_build_object('stage', j.stage, 'outcome', {outcome}, 'attempts', "
+              f"j.attempts, 'started_at', {started}, 'finished_at', {finished})")  # fmt: skip
+    return (f"CASE WHEN j.stage IS NULL AND j.stages = '[]'::jsonb THEN j.stages "
+            f"ELSE j.stages || jsonb_build_array({record}) END")  # fmt: skip
+
+
 _FINISH = {
     "state": "j.f_state", "result": "j.f_result", "error": "j.f_error", "errors": _ADD_ERROR,
+    "stages": _add_stage("j.f_state", "j.f_started_at", "j.f_finished_at"),
     "started_at": "j.f_started_at", "finished_at": "j.f_finished_at", "lease_until": "NULL",
 }  # fmt: skip
-_TERMINAL = {"state": ":state", "finished_at": ":now", "lease_until": "NULL"}
-_EXPIRED = {"state": "'expired'", "finished_at": ":now", "lease_until": "NULL"}
+_TERMINAL = {
+    "state": ":state", "stages": _add_stage(":state::text", "j.started_at", ":now::float8"),
+    "finished_at": ":now", "lease_until": "NULL",
+}  # fmt: skip
+_EXPIRED = {
+    "state": "'expired'", "stages": _add_stage("'expired'", "j.started_at", ":now::float8"),
+    "finished_at": ":now", "lease_until": "NULL",
+}  # fmt: skip
 _RESPAWN = {
     # A job in a lane comes back waiting: its lane admits it again, ahead of later jobs.
     # claimed_at stays: a respawned job is a re-run, which keeps its place like a retry.
@@ -57,6 +76,7 @@ _FILL = {
     "history_expired_columns": select_list(_EXPIRED),
     "respawn_columns": select_list(_RESPAWN),
     "token_columns": ", ".join(TOKEN_COLUMNS),
+    "periodic_columns": ", ".join(f"p.{c}" for c in PERIODIC_COLUMNS),
 }
 
 # A named parameter: a colon not part of a "::" cast, then a name.

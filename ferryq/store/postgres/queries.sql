@@ -109,9 +109,13 @@ WHERE id = :id AND fence = :fence AND state = 'running'
 RETURNING id;
 
 -- name: job_next_stage
+-- The stage that ran is recorded with its tries; the next one starts with none.
+-- Every SET expression reads the row as it was before the update.
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,
-    stages = stages || jsonb_build_array(:stage_record::jsonb),
+    stages = stages || jsonb_build_array(jsonb_build_object(
+        'stage', stage, 'outcome', 'next', 'attempts', attempts,
+        'started_at', :started_at::float8, 'finished_at', :finished_at::float8)),
     stage = :stage, context = :context, attempts = 0, error = NULL,
     started_at = :started_at, finished_at = :finished_at
 WHERE id = :id AND fence = :fence AND state = 'running'
@@ -575,3 +579,28 @@ UPDATE ferryq_tokens
 SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
 WHERE digest = :digest
 RETURNING digest;
+
+-- name: periodic_upsert
+-- A periodic task first seen now is handled up to now: its first tick is the next.
+INSERT INTO ferryq_periodic (namespace, task, schedule, queue, catch_up, checked_until,
+    updated_at)
+SELECT :namespace, t.task, t.schedule, t.queue, t.catch_up, :now::float8, :now::float8
+FROM unnest(:tasks::text[], :schedules::text[], :queues::text[], :catch_ups::int[])
+    AS t(task, schedule, queue, catch_up)
+ON CONFLICT (namespace, task) DO UPDATE SET schedule = excluded.schedule,
+    queue = excluded.queue, catch_up = excluded.catch_up, updated_at = excluded.updated_at;
+
+-- name: periodic_advance
+-- Compare and set: of two leaders that planned from the same point, one moves it.
+UPDATE ferryq_periodic
+SET checked_until = :checked_until, next_tick = :next_tick::float8, updated_at = :now,
+    last_tick = coalesce(:last_tick::float8, last_tick),
+    last_job = coalesce(:last_job::bigint, last_job)
+WHERE namespace = :namespace AND task = :task AND checked_until = :checked_from
+RETURNING task;
+
+-- name: periodic_list
+SELECT {periodic_columns},
+    coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
+             (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
+FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;

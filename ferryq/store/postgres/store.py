@@ -592,6 +592,36 @@ class PostgresStore(base.Store):
             with contextlib.suppress(Exception):
                 await self._leader.fetchval(Q["leader_unlock"].sql, name)
 
+    # -- periodic tasks ----------------------------------------------------------
+
+    async def periodic_sync(
+        self, namespace: str, entries: Sequence[base.PeriodicEntry], now: float
+    ) -> list[base.PeriodicState]:
+        async def sync(conn: Conn) -> list[base.PeriodicState]:
+            await _run(
+                conn, Q["periodic_upsert"], namespace=namespace, now=now,
+                tasks=[e.task for e in entries], schedules=[e.schedule for e in entries],
+                queues=[e.queue for e in entries], catch_ups=[e.catch_up for e in entries],
+            )  # fmt: skip
+            rows = await _run(conn, Q["periodic_list"], namespace=namespace)
+            return [base.PeriodicState(*row) for row in rows]
+
+        return await self._session(sync)
+
+    async def periodic_advance(
+        self, namespace: str, task: str, checked_from: float, advance: base.PeriodicAdvance
+    ) -> bool:
+        rows = await self._fetch(
+            "periodic_advance", namespace=namespace, task=task, checked_from=checked_from,
+            checked_until=advance.checked_until, next_tick=advance.next_tick,
+            now=advance.updated_at, last_tick=advance.last_tick, last_job=advance.last_job,
+        )  # fmt: skip
+        return bool(rows)
+
+    async def periodic_list(self, namespace: str) -> list[base.PeriodicState]:
+        rows = await self._fetch("periodic_list", namespace=namespace)
+        return [base.PeriodicState(*row) for row in rows]
+
     # -- workers -----------------------------------------------------------------
 
     async def worker_beat(self, worker: WorkerInfo) -> None:

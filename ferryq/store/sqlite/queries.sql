@@ -100,9 +100,13 @@ SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NU
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_next_stage
+-- The stage that ran is recorded with its tries; the next one starts with none.
+-- Every SET expression reads the row as it was before the update.
 UPDATE ferryq_jobs
 SET state = :state, run_at = :run_at, order_time = :order_time, lease_until = NULL,
-    stages = json_insert(stages, '$[#]', json(:stage_record)),
+    stages = json_insert(stages, '$[#]', json_object(
+        'stage', stage, 'outcome', 'next', 'attempts', attempts,
+        'started_at', :started_at, 'finished_at', :finished_at)),
     stage = :stage, context = :context, attempts = 0, error = NULL,
     started_at = :started_at, finished_at = :finished_at
 WHERE id = :id AND fence = :fence AND state = 'running';
@@ -407,3 +411,24 @@ UPDATE ferryq_tokens
 SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
 WHERE digest = :digest
 RETURNING digest;
+
+-- name: periodic_upsert
+-- A periodic task first seen now is handled up to now: its first tick is the next.
+INSERT INTO ferryq_periodic (namespace, task, schedule, queue, catch_up, checked_until,
+    updated_at)
+VALUES (:namespace, :task, :schedule, :queue, :catch_up, :now, :now)
+ON CONFLICT (namespace, task) DO UPDATE SET schedule = excluded.schedule,
+    queue = excluded.queue, catch_up = excluded.catch_up, updated_at = excluded.updated_at;
+
+-- name: periodic_advance
+-- Compare and set: of two leaders that planned from the same point, one moves it.
+UPDATE ferryq_periodic
+SET checked_until = :checked_until, next_tick = :next_tick, updated_at = :now,
+    last_tick = coalesce(:last_tick, last_tick), last_job = coalesce(:last_job, last_job)
+WHERE namespace = :namespace AND task = :task AND checked_until = :checked_from;
+
+-- name: periodic_list
+SELECT {periodic_columns},
+    coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
+             (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
+FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;

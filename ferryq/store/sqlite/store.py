@@ -518,6 +518,34 @@ class SQLiteStore(base.Store):
 
         await self._call(self._write, release)
 
+    # -- periodic tasks ----------------------------------------------------------
+
+    async def periodic_sync(
+        self, namespace: str, entries: Sequence[base.PeriodicEntry], now: float
+    ) -> list[base.PeriodicState]:
+        def sync(conn: sqlite3.Connection) -> list[base.PeriodicState]:
+            for entry in entries:
+                params = {"namespace": namespace, "task": entry.task, "schedule": entry.schedule,
+                          "queue": entry.queue, "catch_up": entry.catch_up, "now": now}  # fmt: skip
+                conn.execute(Q["periodic_upsert"], params)
+            return _periodic(conn, namespace)
+
+        return await self._call(self._write, sync)
+
+    async def periodic_advance(
+        self, namespace: str, task: str, checked_from: float, advance: base.PeriodicAdvance
+    ) -> bool:
+        params = {"namespace": namespace, "task": task, "checked_from": checked_from,
+                  "checked_until": advance.checked_until, "next_tick": advance.next_tick,
+                  "now": advance.updated_at, "last_tick": advance.last_tick,
+                  "last_job": advance.last_job}  # fmt: skip
+        return await self._call(
+            self._write, lambda conn: conn.execute(Q["periodic_advance"], params).rowcount == 1
+        )
+
+    async def periodic_list(self, namespace: str) -> list[base.PeriodicState]:
+        return await self._call(self._read, lambda conn: _periodic(conn, namespace))
+
     # -- workers -----------------------------------------------------------------
 
     async def worker_beat(self, worker: WorkerInfo) -> None:
@@ -911,6 +939,11 @@ def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
     found = _get(conn, job_id)
     assert found is not None
     return found
+
+
+def _periodic(conn: sqlite3.Connection, namespace: str) -> list[base.PeriodicState]:
+    rows = conn.execute(Q["periodic_list"], {"namespace": namespace})
+    return [base.PeriodicState(*row) for row in rows]
 
 
 def _list(conn: sqlite3.Connection, where: JobFilter) -> list[Job]:

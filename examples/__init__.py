@@ -1,0 +1,1 @@
+"""Small programs that show ferryq at work; run each with ``python -m examples.NAME``."""
