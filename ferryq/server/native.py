@@ -317,7 +317,8 @@ class NativeApi:
         now = self.engine.now()
         found = await insights.stats(self.store, token.namespace, now)
         workers = [_worker(w, now) for w in found.workers]
-        return http.json(200, {"queues": found.counts, "workers": workers})
+        periodic = found.to_dict()["periodic"]
+        return http.json(200, {"queues": found.counts, "workers": workers, "periodic": periodic})
 
     async def workers(self, token: Caller) -> Response:
         now = self.engine.now()

@@ -284,6 +284,19 @@ class WorkersOut(BaseModel):
     workers: list[WorkerOut]
 
 
+class PeriodicOut(BaseModel):
+    task: str
+    schedule: str = Field(description="A cron expression (UTC) or `every N s`.")
+    queue: str
+    catch_up: int = Field(description="Missed ticks run after downtime, the latest first.")
+    last_tick: float | None = Field(description="The last tick enqueued (Unix seconds).")
+    last_job: int | None = Field(description="The job of the last tick.")
+    last_state: str | None = Field(description="That job's state.")
+    next_tick: float | None
+    updated_at: float
+
+
 class StatsOut(BaseModel):
     queues: dict[str, dict[str, int]] = Field(description="queue → state → jobs")
     workers: list[WorkerOut] = Field(description="Live workers.")
+    periodic: list[PeriodicOut] = Field(description="Periodic tasks and their last tick.")

@@ -7,7 +7,9 @@ and the worker share nothing but the database.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +19,8 @@ import pytest
 
 import ferryq
 from ferryq import testing
+from ferryq.store import open_store
+from ferryq.store.base import PeriodicEntry
 from tests.server.harness import ServerProcess, new_namespace
 
 MiB = 1 << 20
@@ -161,7 +165,7 @@ def test_another_namespace_sees_nothing_and_changes_nothing(v1: V1, other: V1) -
     assert other.http.post("/dead/respawn", json={"ids": [dead]}).json() == {"respawned": []}
     assert other.http.post("/dead/purge", json={"ids": [dead]}).json() == {"purged": 0}
     assert other.jobs() == {"jobs": [], "next": None}
-    assert other.http.get("/stats").json() == {"queues": {}, "workers": []}
+    assert other.http.get("/stats").json() == {"queues": {}, "workers": [], "periodic": []}
     assert other.http.get("/lanes").json() == {"lanes": []}
     assert v1.job(ready)["state"] == "ready" and v1.job(dead)["state"] == "dead"
     assert [lane["lane"] for lane in v1.http.get("/lanes").json()["lanes"]] == ["post:1"]
@@ -516,6 +520,24 @@ def test_stats_count_the_namespace_jobs(v1: V1) -> None:
     counts = {q: {s: n for s, n in states.items() if n} for q, states in stats["queues"].items()}
     assert counts == {"a": {"succeeded": 1, "dead": 1}, "b": {"scheduled": 1}}
     assert set(stats["queues"]["a"]) == {s.value for s in ferryq.State}
+
+
+def test_stats_list_the_namespace_periodic_tasks(v1: V1, other: V1) -> None:
+    async def declare() -> None:
+        store = open_store(v1.server.url)
+        await store.open()
+        try:
+            entry = PeriodicEntry("report", "*/5 * * * *", "mail", 1)
+            await store.periodic_sync(v1.namespace, [entry], time.time())
+        finally:
+            await store.close()
+
+    asyncio.run(declare())
+    (task,) = v1.http.get("/stats").json()["periodic"]
+    assert (task["task"], task["schedule"], task["queue"], task["catch_up"]) == (
+        "report", "*/5 * * * *", "mail", 1)  # fmt: skip
+    assert task["last_tick"] is None  # declared; no leader has enqueued a tick yet
+    assert other.http.get("/stats").json()["periodic"] == []
 
 
 def test_openapi_documents_every_route_and_answer(server: ServerProcess) -> None:
