@@ -25,6 +25,8 @@ bench:
 	.venv/bin/python -m bench.sqlite_throughput
 	.venv/bin/python -m bench.postgres_throughput
 	.venv/bin/python -m bench.lanes
+	.venv/bin/python -m bench.http
+	.venv/bin/python -m bench.dashboard
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache
