@@ -6,7 +6,6 @@ so there is no single point of failure and no extra process to deploy.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from ferryq import metrics
 from ferryq.store.base import Store
 from ferryq.worker.executor import LeaseExpired, failure
+from ferryq.worker.leadership import LeaderLoop
 
 log = logging.getLogger("ferryq.maintenance")
 
@@ -85,11 +85,8 @@ class Maintenance:
         return len(report.accepted)
 
 
-class MaintenanceLoop:
-    """Every ``interval`` seconds: take or keep the leadership, and act while holding it.
-
-    Workers and servers each run one; whichever holds the lease does the work.
-    """
+class MaintenanceLoop(LeaderLoop[MaintenanceReport | None]):
+    """The maintenance duties, in whichever worker or server holds ``LEADER``."""
 
     def __init__(
         self,
@@ -101,29 +98,11 @@ class MaintenanceLoop:
         leader_ttl: float = 5.0,
         retention: float = 14 * DAY,
     ) -> None:
-        self.store = store
-        self.holder = holder
-        self.clock = clock
-        self.interval = interval
-        self.leader_ttl = leader_ttl
-        self.retention = retention
-        self._maintenance: Maintenance | None = None
+        super().__init__(store, holder, clock, LEADER, interval=interval, leader_ttl=leader_ttl)
+        self.maintenance = Maintenance(store, holder, retention=retention)
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.once()
-            except Exception:
-                log.exception("maintenance round failed")
+    async def act(self, now: float) -> MaintenanceReport | None:
+        return await self.maintenance.tick(now)
 
-    async def once(self) -> None:
-        now = self.clock()
-        if await self.store.leader_acquire(LEADER, self.holder, self.leader_ttl, now):
-            if self._maintenance is None:
-                self._maintenance = Maintenance(self.store, self.holder, retention=self.retention)
-            await self._maintenance.tick(now)
-
-    async def leave(self) -> None:
-        """Give up the leadership, so another process takes over at once."""
-        await self.store.leader_release(LEADER, self.holder)
+    def idle(self) -> MaintenanceReport | None:
+        return None

@@ -14,7 +14,6 @@ enqueue and recording it, returns the existing job instead of a second one.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import math
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 from ferryq import periodic
 from ferryq.periodic import Periodic
 from ferryq.store.base import PeriodicAdvance, PeriodicEntry, PeriodicState, Store
+from ferryq.worker.leadership import LeaderLoop
 
 if TYPE_CHECKING:
     from ferryq.app import App
@@ -122,8 +122,9 @@ def _count_skipped(task: Periodic, after: float, now: float, enqueued: list[floa
     return skipped
 
 
-class PeriodicLoop:
-    """Every ``interval`` seconds: take or keep the periodic leadership, and act."""
+class PeriodicLoop(LeaderLoop[list[int]]):
+    """The periodic enqueues, in whichever process holds the periodic leadership of
+    these tasks; a round returns the ids of the jobs it enqueued."""
 
     def __init__(
         self,
@@ -135,27 +136,12 @@ class PeriodicLoop:
         interval: float = 0.5,
         leader_ttl: float = 5.0,
     ) -> None:
-        self.store = store
-        self.holder = holder
-        self.clock = clock
-        self.interval = interval
-        self.leader_ttl = leader_ttl
+        name = leadership(app.namespace, list(app.schedules))
+        super().__init__(store, holder, clock, name, interval=interval, leader_ttl=leader_ttl)
         self.scheduler = Scheduler(app)
-        self.name = leadership(app.namespace, list(app.schedules))
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.once()
-            except Exception:
-                log.exception("periodic round failed")
-
-    async def once(self) -> list[int]:
-        now = self.clock()
-        if not await self.store.leader_acquire(self.name, self.holder, self.leader_ttl, now):
-            return []
+    async def act(self, now: float) -> list[int]:
         return await self.scheduler.tick(self.store, now)
 
-    async def leave(self) -> None:
-        await self.store.leader_release(self.name, self.holder)
+    def idle(self) -> list[int]:
+        return []

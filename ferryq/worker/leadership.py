@@ -1,0 +1,67 @@
+"""A duty that one process among many performs: whoever holds its leadership acts.
+
+Every process runs the loop; each round it takes or keeps the leadership (a lease row
+on SQLite, an advisory lock on PostgreSQL) and acts only while holding it, so there is
+no single point of failure and no extra process to deploy.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ferryq.store.base import Store
+
+log = logging.getLogger("ferryq.leadership")
+T = TypeVar("T")
+
+
+class LeaderLoop(abc.ABC, Generic[T]):
+    """Every ``interval`` seconds, ``once()``: ``act(now)`` while holding the leadership
+    called ``name``, ``idle()`` otherwise."""
+
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        clock: Callable[[], float],
+        name: str,
+        *,
+        interval: float = 0.5,
+        leader_ttl: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.clock = clock
+        self.name = name
+        self.interval = interval
+        self.leader_ttl = leader_ttl
+
+    @abc.abstractmethod
+    async def act(self, now: float) -> T:
+        """One round of the duty; called only while holding the leadership."""
+
+    @abc.abstractmethod
+    def idle(self) -> T:
+        """What a round returns when another process holds the leadership."""
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.once()
+            except Exception:
+                log.exception("%s round failed", self.name)
+
+    async def once(self) -> T:
+        now = self.clock()
+        if await self.store.leader_acquire(self.name, self.holder, self.leader_ttl, now):
+            return await self.act(now)
+        return self.idle()
+
+    async def leave(self) -> None:
+        """Give up the leadership, so another process takes over at once."""
+        await self.store.leader_release(self.name, self.holder)
