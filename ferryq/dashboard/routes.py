@@ -199,14 +199,22 @@ class Dashboard:
                           queue=filters["queue"] or None, task=filters["task"] or None,
                           lane=filters["lane"] or None, text=filters["q"] or None,
                           after_id=_int(query.get("after")), limit=PAGE_SIZE + 1)  # fmt: skip
+        page, _, older, newest = await self._list_page(where, filters)
+        return self.render(request, viewer, "jobs.html", title="Jobs", active="jobs",
+                           fragment="fragments/jobs.html", jobs=page, f=filters,
+                           older=older, newest=newest)  # fmt: skip
+
+    async def _list_page(
+        self, where: JobFilter, filters: dict[str, str]
+    ) -> tuple[list[Job], dict[str, str], str | None, str | None]:
+        """A page of jobs (``where.limit`` is one more than a page), the filters in use,
+        and the links to the older page and back to the newest."""
         found = await self.engine.store.job_list(where)
         page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
         kept = {k: v for k, v in filters.items() if v}
         older = f"?{urlencode({**kept, 'after': page[-1].id})}" if more else None
         newest = f"?{urlencode(kept)}" if where.after_id is not None else None
-        return self.render(request, viewer, "jobs.html", title="Jobs", active="jobs",
-                           fragment="fragments/jobs.html", jobs=page, f=filters,
-                           older=older, newest=newest)  # fmt: skip
+        return page, kept, older, newest
 
     async def job(self, request: Request, viewer: Viewer) -> Response:
         job_id: int = request.path_params["job_id"]
@@ -231,11 +239,7 @@ class Dashboard:
         where = JobFilter(namespace=filters["ns"] or None, state=State.DEAD,
                           queue=filters["queue"] or None, task=filters["task"] or None,
                           after_id=_int(query.get("after")), limit=PAGE_SIZE + 1)  # fmt: skip
-        found = await self.engine.store.job_list(where)
-        page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
-        kept = {k: v for k, v in filters.items() if v}
-        older = f"?{urlencode({**kept, 'after': page[-1].id})}" if more else None
-        newest = f"?{urlencode(kept)}" if where.after_id is not None else None
+        page, kept, older, newest = await self._list_page(where, filters)
         back = f"{self.base}/dead" + (f"?{urlencode(kept)}" if kept else "")
         return self.render(request, viewer, "dead.html", title="Dead letters", active="dead",
                            fragment="fragments/dead.html", jobs=page, f=filters, older=older,
