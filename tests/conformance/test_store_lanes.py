@@ -234,6 +234,32 @@ async def test_a_freed_lane_hands_its_next_job_to_the_worker_that_freed_it(
     assert await states(store, other) == ["ready"]
 
 
+async def test_a_big_batch_of_finishes_hands_over_every_lane_once_in_order(
+    store: Store,
+) -> None:
+    # Big enough for a backend to write it in parts (PostgreSQL splits the lanes over
+    # two transactions): every lane still hands over its next job exactly once, a
+    # lane of limit 3 keeps its three, and plain finishes go along.
+    await store.lane_rule_set(NS, LaneRule("wide", 3), NOW)
+    lanes = [f"l:{i:03}" for i in range(200)]
+    second = {}
+    for lane in lanes:
+        _first, second[lane] = await lane_jobs(store, 2, lane=lane)
+    wide = await lane_jobs(store, 5, lane="wide")
+    plain = [await insert(store, NOW) for _ in range(3)]
+    running = await claim(store, limit=500)
+    assert len(running) == len(lanes) + 3 + len(plain)
+    finishes = []
+    for job in running:
+        finishes.append(succeed(job, NOW))
+        finishes[-1].lane = job.lane
+    report, taken = await store.job_finish_and_claim(finishes, NS, ["default"], 500, "w1", NOW)
+    assert sorted(report.accepted) == sorted(j.id for j in running) and report.stale == []
+    assert sorted(j.id for j in taken) == sorted([*second.values(), *wide[3:]])
+    assert await states(store, *wide[3:]) == ["running", "running"]
+    assert await claim(store) == []
+
+
 async def test_a_lane_hands_over_only_what_the_worker_may_run_now(store: Store) -> None:
     _a, b = await lane_jobs(store, 2, queue="elsewhere")  # a queue this worker does not take
     _c, d = await lane_jobs(store, 2, lane="M")

@@ -353,30 +353,27 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     -- a long lane whole), carrying along the floors the jobs before it set: its order
     -- time at least theirs, its due time at least theirs. Carried, not windowed: a
     -- window partition per lane costs more than the steps themselves.
-    -- Each step asks for the next entry in the order of ferryq_jobs_lane_waiting itself
-    -- (namespace, lane, id) and checks it is still the lane's: asked for the lane's
-    -- smallest id instead, the planner may walk the primary key in id order (one lane
-    -- looks like half the table to it), through every job of a long lane.
+    -- Each step reads the next entry in the order of ferryq_jobs_lane_waiting itself
+    -- (namespace, lane, id), row and all, and checks it is still the lane's: asked for
+    -- the lane's smallest id instead, the planner may walk the primary key in id order
+    -- (one lane looks like half the table to it), through every job of a long lane.
     SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
         l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
     FROM l CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
-        WHERE j.id = (SELECT f.id FROM ferryq_jobs f
-                      WHERE f.state = 'waiting' AND (f.namespace, f.lane) >= (l.n, l.l)
-                      ORDER BY f.namespace, f.lane, f.id LIMIT 1)
-          AND j.namespace = l.n AND j.lane = l.l) w
-    WHERE NOT l.halted AND l.held < l.k
+        SELECT f.id, f.run_at, f.order_time, f.queue, f.expires_at, f.namespace, f.lane
+        FROM ferryq_jobs f
+        WHERE f.state = 'waiting' AND (f.namespace, f.lane) >= (l.n, l.l)
+        ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
+    WHERE NOT l.halted AND l.held < l.k AND w.namespace = l.n AND w.lane = l.l
     UNION ALL
     SELECT s.n, s.l, w.id, s.room - 1, greatest(s.order_time, w.order_time),
         greatest(s.floor_due, s.run_at), false, w.run_at, w.queue, w.expires_at
     FROM steps s CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.order_time, j.queue, j.expires_at FROM ferryq_jobs j
-        WHERE j.id = (SELECT f.id FROM ferryq_jobs f
-                      WHERE f.state = 'waiting'
-                        AND (f.namespace, f.lane, f.id) > (s.n, s.l, s.id)
-                      ORDER BY f.namespace, f.lane, f.id LIMIT 1)
-          AND j.namespace = s.n AND j.lane = s.l) w
-    WHERE s.room > 1
+        SELECT f.id, f.run_at, f.order_time, f.queue, f.expires_at, f.namespace, f.lane
+        FROM ferryq_jobs f
+        WHERE f.state = 'waiting' AND (f.namespace, f.lane, f.id) > (s.n, s.l, s.id)
+        ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
+    WHERE s.room > 1 AND w.namespace = s.n AND w.lane = s.l
 ), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
