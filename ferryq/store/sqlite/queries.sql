@@ -252,7 +252,9 @@ DELETE FROM ferryq_lane_halts WHERE job_id IN (SELECT value FROM json_each(:ids)
 RETURNING namespace, lane;
 
 -- name: lane_ahead
-SELECT count(*) FROM ferryq_jobs
+-- INDEXED BY: once ANALYZE has run, the planner would rather walk the rowids below
+-- :id through the whole table than the lane's own range of the index.
+SELECT count(*) FROM ferryq_jobs INDEXED BY ferryq_jobs_lane_waiting
 WHERE namespace = :namespace AND lane = :lane AND state = 'waiting' AND id < :id;
 
 -- name: lane_names
