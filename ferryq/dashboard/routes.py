@@ -124,12 +124,9 @@ class Dashboard:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"{self.base}/login?{urlencode({'next': target})}", 303)
             if request.method == "POST":
-                if not _same_origin(request):
-                    return self.render_error(request, 403, "Cross-site request refused.")
-                try:
-                    form = await _form(request)
-                except BadInput as exc:
-                    return self.render_error(request, 400, str(exc))
+                form = await self._posted_form(request)
+                if isinstance(form, Response):
+                    return form
                 if not csrf_ok(viewer.csrf, form.get("csrf") or None):
                     return self.render_error(request, 403, "The form expired; reload the page.")
                 request.state.form = form
@@ -139,6 +136,15 @@ class Dashboard:
                 return self.render_error(request, 400, str(exc), viewer)
 
         return endpoint
+
+    async def _posted_form(self, request: Request) -> Form | Response:
+        """A form POSTed from this server's own pages, or the answer refusing it."""
+        if not _same_origin(request):
+            return self.render_error(request, 403, "Cross-site request refused.")
+        try:
+            return await _form(request)
+        except BadInput as exc:
+            return self.render_error(request, 400, str(exc))
 
     def render(
         self, request: Request, viewer: Viewer | None, page: str, status: int = 200, **context: Any
@@ -340,12 +346,9 @@ class Dashboard:
         return response
 
     async def login(self, request: Request) -> Response:
-        if not _same_origin(request):
-            return self.render_error(request, 403, "Cross-site request refused.")
-        try:
-            form = await _form(request)
-        except BadInput as exc:
-            return self.render_error(request, 400, str(exc))
+        form = await self._posted_form(request)
+        if isinstance(form, Response):
+            return form
         expected = request.cookies.get(LOGIN_COOKIE)
         if expected is None or not csrf_ok(expected, form.get("csrf") or None):
             message = "The sign-in form expired; try again."
