@@ -18,7 +18,14 @@ from ferryq.store.sqlite.queries import Q
 from tests.conformance.jobs import NS, new_job
 from tests.conftest import START
 
-LANE_LOOKUPS = ("lane_ahead", "lane_waiting", "lane_held", "lane_glance")
+LANE_LOOKUPS = (
+    "lane_ahead",
+    "lane_waiting",
+    "lane_held",
+    "lane_glance",
+    "lane_take_next",
+    "lane_admit_next",
+)
 
 
 async def opened(path: pathlib.Path) -> Store:
@@ -42,7 +49,8 @@ async def test_lane_lookups_use_the_lane_indexes_after_analyze(tmp_path: pathlib
     with sqlite3.connect(path) as conn:
         (last,) = conn.execute("SELECT max(id) FROM ferryq_jobs WHERE lane = 'short'").fetchone()
         params = {"namespace": NS, "lane": "short", "id": last, "limit": 1,
-                  "lanes": json.dumps(["short"])}  # fmt: skip
+                  "lanes": json.dumps(["short"]), "now": START, "queues": '["default"]',
+                  "worker": "w", "budget": 1}  # fmt: skip
         for name in LANE_LOOKUPS:
             plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {Q[name]}", params)]
             assert any("ferryq_jobs_lane_" in step for step in plan), f"{name}: {plan}"

@@ -314,6 +314,43 @@ LEFT JOIN ferryq_jobs AS w ON w.id = (
     WHERE f.namespace = :namespace AND f.lane = l.value AND f.state = 'waiting'
     ORDER BY f.id LIMIT 1);
 
+-- name: lane_take_next
+-- The plain case of lanes of limit 1 in one write: each lane of :lanes that holds no
+-- job now and is not halted hands its first waiting job, if due, of one of :queues and
+-- not expired, straight to :worker; at most :budget of them (any: the lanes not taken
+-- are admitted next, for any worker to claim).
+UPDATE ferryq_jobs
+SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
+    started_at = NULL, lease_until = :now + ttr, worker = :worker
+WHERE id IN (
+    SELECT w.id FROM json_each(:lanes) AS l
+    JOIN ferryq_jobs AS w ON w.id = (
+        SELECT f.id FROM ferryq_jobs f
+        WHERE f.namespace = :namespace AND f.lane = l.value AND f.state = 'waiting'
+        ORDER BY f.id LIMIT 1)
+    WHERE w.run_at <= :now AND w.queue IN (SELECT value FROM json_each(:queues))
+      AND (w.expires_at IS NULL OR w.expires_at > :now)
+      AND NOT EXISTS (SELECT 1 FROM ferryq_jobs h WHERE h.namespace = :namespace
+                      AND h.lane = l.value AND h.state <> 'waiting')
+      AND NOT EXISTS (SELECT 1 FROM ferryq_lane_halts x WHERE x.namespace = :namespace
+                      AND x.lane = l.value)
+    LIMIT :budget)
+RETURNING {claim_columns};
+
+-- name: lane_admit_next
+-- The same lanes' first waiting jobs, admitted (ready, or scheduled until due) where
+-- the lane holds no job and is not halted.
+UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END
+WHERE id IN (
+    SELECT (SELECT f.id FROM ferryq_jobs f
+            WHERE f.namespace = :namespace AND f.lane = l.value AND f.state = 'waiting'
+            ORDER BY f.id LIMIT 1)
+    FROM json_each(:lanes) AS l
+    WHERE NOT EXISTS (SELECT 1 FROM ferryq_jobs h WHERE h.namespace = :namespace
+                      AND h.lane = l.value AND h.state <> 'waiting')
+      AND NOT EXISTS (SELECT 1 FROM ferryq_lane_halts x WHERE x.namespace = :namespace
+                      AND x.lane = l.value));
+
 -- name: lane_admit_due
 -- Admit lanes' next jobs that need no floor (nothing unstarted ahead of them).
 UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END

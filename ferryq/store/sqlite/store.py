@@ -432,7 +432,7 @@ class SQLiteStore(base.Store):
             params = {"namespace": namespace, "pattern": rule.pattern, "lane_limit": rule.limit,
                       "on_dead": rule.on_dead, "now": now}  # fmt: skip
             conn.execute(Q["lane_rule_set"], params)
-            _settle(conn, _matching(conn, namespace, rule.pattern), now)
+            _settle(conn, _matching(conn, namespace, rule.pattern), now, limits_changed=True)
 
         await self._call(self._write, set_rule)
 
@@ -441,7 +441,7 @@ class SQLiteStore(base.Store):
             params = {"namespace": namespace, "pattern": pattern}
             if not conn.execute(Q["lane_rule_delete"], params).rowcount:
                 return False
-            _settle(conn, _matching(conn, namespace, pattern), now)
+            _settle(conn, _matching(conn, namespace, pattern), now, limits_changed=True)
             return True
 
         return await self._call(self._write, delete)
@@ -807,31 +807,72 @@ def _settle(
     now: float,
     dead: dict[tuple[str, str], list[int]] | None = None,
     taker: lanes.Taker | None = None,
+    *,
+    limits_changed: bool = False,
 ) -> list[Claimed]:
     """Bring each lane to what its rule allows (see ferryq.lanes): halt it behind a
     new dead job if its policy says so, demote, admit; return what ``taker`` took.
 
-    One glance at every lane finds the plain case (room for one, nothing unstarted
-    ahead, not halted), settled in one or two writes for all; the rest go through
-    ``lanes.plan`` lane by lane.
+    Lanes of limit 1 take the plain path unless a job of theirs just died or their
+    limit just changed (see ``_next_of_single``). For the others, one glance at every
+    lane finds the plain case (room for one, nothing unstarted ahead, not halted),
+    settled in one or two writes for all; the rest go through ``lanes.plan`` lane by
+    lane.
     """
     if not keys:
         return []
     rule = _RuleBook(conn)
-    for (namespace, lane), ids in sorted((dead or {}).items()):
+    dead = dead or {}
+    for (namespace, lane), ids in sorted(dead.items()):
         if ids and rule(namespace, lane).on_dead == "halt":
             params = {"namespace": namespace, "lane": lane, "job_id": min(ids), "now": now}
             conn.execute(Q["lane_halt"], params)
-    admit, take, rest = _glance(conn, keys, rule, now, taker)
+    single = set() if limits_changed else {k for k in keys - dead.keys() if rule(*k).limit == 1}
+    taken = _next_of_single(conn, single, now, taker) if single else []
+    admit, take, rest = _glance(conn, keys - single, rule, now, taker)
     if admit:
         conn.execute(Q["lane_admit_due"], {"ids": json.dumps(admit), "now": now})
     for namespace, lane in rest:
         _apply(conn, lanes.plan(_view(conn, namespace, lane, rule(namespace, lane)), now))
     if not take:
-        return []
+        return taken
     assert taker is not None
     params = {"ids": json.dumps(take), "now": now, "worker": taker.worker}
-    return [Claimed(*row) for row in conn.execute(Q["lane_take"], params)]
+    return taken + [Claimed(*row) for row in conn.execute(Q["lane_take"], params)]
+
+
+def _next_of_single(
+    conn: sqlite3.Connection, keys: set[tuple[str, str]], now: float, taker: lanes.Taker | None
+) -> list[Claimed]:
+    """Settle lanes of limit 1, in a write or two per namespace: a lane that holds
+    nothing now and is not halted admits its first waiting job, or hands it to
+    ``taker``. A lane that holds a job has no room and nothing to step back: no job of
+    it just died (a halt steps back what has not started), and any it holds over its
+    limit have started (the settle after a limit change stepped back the others)."""
+    taken: list[Claimed] = []
+    for namespace, names in _by_namespace(keys).items():
+        left = names
+        if taker is not None and taker.budget > 0 and namespace == taker.namespace:
+            params = {"namespace": namespace, "lanes": json.dumps(names), "now": now,
+                      "queues": json.dumps(list(taker.queues)), "worker": taker.worker,
+                      "budget": taker.budget}  # fmt: skip
+            claimed = [Claimed(*row) for row in conn.execute(Q["lane_take_next"], params)]
+            taker.budget -= len(claimed)
+            taken += claimed
+            if claimed:
+                done = {c.lane for c in claimed}
+                left = [name for name in names if name not in done]
+        if left:
+            params = {"namespace": namespace, "lanes": json.dumps(left), "now": now}
+            conn.execute(Q["lane_admit_next"], params)
+    return taken
+
+
+def _by_namespace(keys: set[tuple[str, str]]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for namespace, lane in sorted(keys):
+        found.setdefault(namespace, []).append(lane)
+    return found
 
 
 def _glance(
@@ -846,10 +887,7 @@ def _glance(
     admit: list[int] = []
     take: list[int] = []
     rest: list[tuple[str, str]] = []
-    by_namespace: dict[str, list[str]] = {}
-    for namespace, lane in sorted(keys):
-        by_namespace.setdefault(namespace, []).append(lane)
-    for namespace, names in by_namespace.items():
+    for namespace, names in _by_namespace(keys).items():
         params = {"namespace": namespace, "lanes": json.dumps(names)}
         for lane, held, unstarted, halted, first, run_at, queue, expires_at in conn.execute(
             Q["lane_glance"], params
