@@ -154,6 +154,21 @@ async def test_halt_stops_the_lane_until_the_dead_job_is_respawned(store: Store)
     assert await states(store, a, b, c) == ["ready", "waiting", "waiting"]
 
 
+async def test_a_respawned_job_that_halted_its_lane_resumes_at_once_as_a_retry_would(
+    store: Store,
+) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 2, "halt"), NOW)
+    a, b, c = await lane_jobs(store, 3, max_tries=1)
+    job_a, _ = await claim(store, limit=2)
+    await store.job_finish_many([Finish("dead", a, job_a.fence, NOW, NOW, error={})])
+    # b started before a died and runs on; the limit drops to what b fills alone.
+    await store.lane_rule_set(NS, LaneRule("L", 1, "continue"), NOW)
+    assert await store.job_respawn([a], NOW + 1) == [a]
+    # a goes first and keeps its place, beside b; c waits for the lane to have room.
+    assert await states(store, a, b, c) == ["ready", "running", "waiting"]
+    assert [j.id for j in await claim(store, NOW + 1)] == [a]
+
+
 async def test_purging_the_dead_job_releases_a_halted_lane(store: Store) -> None:
     await store.lane_rule_set(NS, LaneRule("L", 1, "halt"), NOW)
     a, b = await lane_jobs(store, 2, max_tries=1)

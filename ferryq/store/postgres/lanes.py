@@ -134,10 +134,10 @@ async def _settle_by_plan(run: Run, keys: Collection[Key], now: float) -> None:
         })  # fmt: skip
 
 
-async def release(run: Run, job_ids: Sequence[int]) -> set[Key]:
-    """Lift the halts these dead jobs put on their lanes; return those lanes."""
+async def release(run: Run, job_ids: Sequence[int]) -> dict[Key, int]:
+    """Lift the halts these dead jobs put on their lanes: each lane, with its job."""
     rows = await run(Q["lane_release"], {"ids": list(job_ids)})
-    return {(r[0], r[1]) for r in rows}
+    return {(r[0], r[1]): r[2] for r in rows}
 
 
 def _rows(text: str | list[Any]) -> list[Any]:

@@ -282,7 +282,21 @@ FROM unnest(:namespaces::text[], :lanes::text[], :job_ids::bigint[]) AS t(n, l, 
 ON CONFLICT (namespace, lane) DO NOTHING;
 
 -- name: lane_release
-DELETE FROM ferryq_lane_halts WHERE job_id = ANY(:ids::bigint[]) RETURNING namespace, lane;
+-- Respawning or purging the dead job that halted a lane releases it.
+DELETE FROM ferryq_lane_halts WHERE job_id = ANY(:ids::bigint[])
+RETURNING namespace, lane, job_id;
+
+-- name: lane_resume
+-- The dead job that halted its lane, respawned: it goes first and keeps its place, as
+-- a retry does, so it is admitted at once, even where jobs started before it died
+-- fill a limit lowered since.
+WITH resumed AS (
+    UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END
+    WHERE id = ANY(:ids::bigint[]) AND state = 'waiting'
+    RETURNING queue, state
+)
+SELECT pg_notify('ferryq_jobs', q.queue)
+FROM (SELECT DISTINCT queue FROM resumed WHERE state = 'ready') q;
 
 -- name: lane_snapshot
 -- Per lane: the dead job halting it, its admitted jobs, its first :limits waiting jobs.

@@ -356,8 +356,12 @@ class PostgresStore(base.Store):
             rows = await _run(conn, Q["job_respawn"], ids=ids, now=now, expires_at=expires_at,
                               max_tries=max_tries)  # fmt: skip
             moved = [r[0] for r in rows]
-            # A job in a lane comes back waiting, ahead of the later jobs by its id.
-            await lanes.settle(run, in_lanes | await lanes.release(run, moved), now)
+            # A job in a lane comes back waiting, ahead of the later jobs by its id; the
+            # one that halted its lane resumes at once.
+            released = await lanes.release(run, moved)
+            if released:
+                await run(Q["lane_resume"], {"ids": list(released.values()), "now": now})
+            await lanes.settle(run, in_lanes | released.keys(), now)
             return moved
 
         ids = list(job_ids)
@@ -370,7 +374,7 @@ class PostgresStore(base.Store):
             in_lanes = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_history"], ids=ids)}
             await lanes.lock(run, in_lanes)
             purged = [r[0] for r in await _run(conn, Q["job_purge"], ids=ids)]
-            await lanes.settle(run, await lanes.release(run, purged), now)
+            await lanes.settle(run, set(await lanes.release(run, purged)), now)
             return len(purged)
 
         ids = list(job_ids)

@@ -297,11 +297,16 @@ class SQLiteStore(base.Store):
                 if conn.execute(Q["job_respawn"], params).rowcount:
                     conn.execute(Q["history_delete"], {"id": job_id})
                     moved.append(job_id)
-            # A job in a lane comes back waiting, ahead of the later jobs by its id.
+            # A job in a lane comes back waiting, ahead of the later jobs by its id; the
+            # one that halted its lane resumes at once.
             back = {
                 (r[1], r[2]) for r in conn.execute(Q["lane_of_jobs"], {"ids": json.dumps(moved)})
             }
-            _settle(conn, back | _release(conn, moved), now)
+            released = _release(conn, moved)
+            if released:
+                resumed = json.dumps(list(released.values()))
+                conn.execute(Q["lane_resume"], {"ids": resumed, "now": now})
+            _settle(conn, back | released.keys(), now)
             return moved
 
         return await self._call(self._write, respawn)
@@ -309,7 +314,7 @@ class SQLiteStore(base.Store):
     async def job_purge(self, job_ids: Sequence[int], now: float) -> int:
         def purge(conn: sqlite3.Connection) -> int:
             purged = [i for i in job_ids if conn.execute(Q["job_purge"], {"id": i}).rowcount]
-            _settle(conn, _release(conn, purged), now)
+            _settle(conn, set(_release(conn, purged)), now)
             return len(purged)
 
         return await self._call(self._write, purge)
@@ -951,10 +956,10 @@ def _matching(conn: sqlite3.Connection, namespace: str, pattern: str) -> set[tup
     return {(namespace, row[0]) for row in conn.execute(Q["lane_names"], params)}
 
 
-def _release(conn: sqlite3.Connection, job_ids: Sequence[int]) -> set[tuple[str, str]]:
-    """Lift the halts these dead jobs put on their lanes; return those lanes."""
+def _release(conn: sqlite3.Connection, job_ids: Sequence[int]) -> dict[tuple[str, str], int]:
+    """Lift the halts these dead jobs put on their lanes: each lane, with its job."""
     rows = conn.execute(Q["lane_release"], {"ids": json.dumps(list(job_ids))}).fetchall()
-    return {(r[0], r[1]) for r in rows}
+    return {(r[0], r[1]): r[2] for r in rows}
 
 
 def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
