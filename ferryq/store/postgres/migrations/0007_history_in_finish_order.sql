@@ -1,0 +1,2 @@
+-- Nothing to change: on PostgreSQL the history table is a heap, which takes rows in
+-- the order jobs finish, with an index on the job id (see SQLite's 0007).
