@@ -29,7 +29,7 @@ import ferryq
 from ferryq import _render, backoff
 from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
-from ferryq.errors import FerryqError, JobNotFound
+from ferryq.errors import FerryqError, JobNotFound, StoreError
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
@@ -168,12 +168,18 @@ def worker(
     options = {"concurrency": concurrency, "queues": names, "burst": burst,
                "prefetch": prefetch, "grace": grace,
                "history_retention": retention_days * 86400}  # fmt: skip
-    asyncio.run(_run_worker(app, options))
+    code = 0
+    try:
+        asyncio.run(_run_worker(app, options))
+    except StoreError as exc:  # the database failed it, at the start or at the stop
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
     # A sync handler still running past the grace period cannot be interrupted, and
     # its thread would hold the process open; its job is already back in the queue.
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(0)
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _run_worker(app: App, options: dict[str, Any]) -> None:

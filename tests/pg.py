@@ -443,7 +443,7 @@ def fresh_database(cluster: PgCluster) -> Iterator[str]:
     finally:
         if isinstance(cluster, LocalCluster) and not cluster.running:
             cluster.start()  # a test stopped it and did not start it again
-        _drop_database(cluster.url, name)
+        drop_database(cluster.url, name)
 
 
 @pytest.fixture
@@ -453,7 +453,8 @@ def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
         yield url
 
 
-def _drop_database(url: str, name: str) -> None:
+def drop_database(url: str, name: str) -> None:
+    """Drop database ``name`` of the cluster at ``url``, closing its connections."""
     with _admin(url) as conn:
         if conn.info.server_version >= 130000:
             conn.execute(

@@ -4,12 +4,15 @@ Finishes accumulate while a write is in flight and go out together in the next o
 so batches grow with load and a lone finish is written at once, with no timer. The
 write itself is the producer's cycle (finish and claim in one transaction); this
 class owns the buffer and keeps writing until it is empty. A failed write is
-retried: a finish is never dropped.
+retried: a finish is never dropped while the worker runs. Only a stopping worker
+whose database stays unreachable gives up, after a bounded wait (``drain``), on
+the finishes it could not write; their jobs run again once their leases expire.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -42,6 +45,11 @@ class Completer:
     @property
     def backlog(self) -> int:
         return len(self._pending) + self._in_flight
+
+    @property
+    def pending(self) -> list[Finish]:
+        """The finishes not written yet (those of a write in flight excepted)."""
+        return list(self._pending)
 
     def add(self, finish: Finish) -> None:
         self._pending.append(finish)
@@ -87,8 +95,11 @@ class Completer:
                 continue
             delay = 0.05
 
-    async def drain(self) -> None:
-        """Write everything pending, then let ``run`` return."""
+    async def drain(self, within: float) -> None:
+        """Write everything pending, then let ``run`` return; or give up after
+        ``within`` seconds, when ``run`` is to be cancelled (a write cut off puts its
+        batch back in ``pending``)."""
         self._closing = True
         self._wake.set()
-        await self._idle.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), within)

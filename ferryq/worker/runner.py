@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ferryq import metrics
+from ferryq.errors import StoreError
 from ferryq.policy import JobOptions
 from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import executor
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from ferryq.app import App
 
 log = logging.getLogger("ferryq.worker")
+
+# A stop waits up to the grace period for running jobs, then up to the grace period
+# again, and at least this many seconds, for their outcomes to be written.
+MIN_FINISH_WAIT = 5.0
 
 
 class Worker:
@@ -126,6 +131,7 @@ class Worker:
         ]
         if self._periodic is not None:
             background.append(asyncio.create_task(self._periodic.run(), name="ferryq-periodic"))
+        unwritten: list[Finish] = []
         try:
             if self.burst:
                 await maintenance.once()
@@ -136,15 +142,27 @@ class Worker:
         finally:
             for service in background[1:]:
                 service.cancel()
-            await completer.drain()
+            await completer.drain(max(self.grace, MIN_FINISH_WAIT))
             background[0].cancel()
             for service in background:
                 with contextlib.suppress(asyncio.CancelledError):
                     await service
+            unwritten = completer.pending
+            if unwritten:
+                log.error(
+                    "stopping without writing the outcome of %d attempt(s), jobs %s: they "
+                    "run again once their leases expire",
+                    len(unwritten), sorted(f.id for f in unwritten)[:20],
+                )  # fmt: skip
             await self._leave(store)
             self._remove_signals()
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
+        if unwritten:
+            raise StoreError(
+                f"the outcome of {len(unwritten)} attempt(s) could not be written before "
+                "the worker stopped; their jobs run again once their leases expire"
+            )
 
     def stop(self) -> None:
         """Stop claiming, finish running jobs within the grace period, then return."""

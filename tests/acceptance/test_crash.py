@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import ferryq
 from tests.acceptance.conftest import Workers, read_fifo
 from tests.acceptance.tasks import hold, two_stages
+from tests.pg import PgCluster, drop_database
 
 
 def _enqueue_hold(app: ferryq.App, started: str, go: str | None) -> ferryq.JobHandle:
@@ -85,3 +87,26 @@ def test_a_worker_killed_in_stage_two_reruns_stage_two_only(
     ]  # fmt: skip
     assert "lease expired" in job.errors[0]["message"] and job.errors[0]["stage"] == "two"
     app.close()
+
+
+def test_a_worker_whose_database_went_away_still_stops_on_sigterm(
+    pg_workers: Workers, pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    app = ferryq.App(pg_workers.url)
+    started, go = tmp_path / "started", tmp_path / "go"
+    os.mkfifo(started)
+    os.mkfifo(go)
+    handle = _enqueue_hold(app, str(started), str(go))
+    app.close()
+    worker = pg_workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
+                              module="ferryq")  # fmt: skip
+    assert int(read_fifo(started)) == worker.pid
+    drop_database(pg_cluster.url, urlsplit(pg_workers.url).path.lstrip("/"))
+    with open(go, "w") as fifo:  # the attempt ends; its outcome has nowhere to go
+        fifo.write("go\n")
+    worker.send_signal(signal.SIGTERM)
+    # It gives the write up after the bound (the grace period, 5 s at least) and says so.
+    log = pg_workers.stderr_of(worker)
+    assert worker.returncode == 1, log
+    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{handle.id}]" in log
+    assert "Error: the outcome of 1 attempt(s) could not be written" in log
