@@ -38,7 +38,9 @@ MIN_FINISH_WAIT = 5.0
 
 
 class Worker:
-    """Runs the app's tasks. ``await run()`` returns after a graceful stop or a burst."""
+    """Runs the app's tasks. ``await run()`` returns after a graceful stop or a burst;
+    it raises StoreError if, as it stopped, the database would not take the outcome
+    of every attempt (see docs/guarantees.md, Graceful shutdown)."""
 
     def __init__(
         self,
