@@ -55,4 +55,6 @@ async def test_lane_lookups_use_the_lane_indexes_after_analyze(tmp_path: pathlib
             plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {Q[name]}", params)]
             assert any("ferryq_jobs_lane_" in step for step in plan), f"{name}: {plan}"
             assert not any("PRIMARY KEY (rowid<" in step for step in plan), f"{name}: {plan}"
+            scans = [step for step in plan if step.startswith("SCAN") and "VIRTUAL" not in step]
+            assert not scans, f"{name} reads a table or index whole: {plan}"
         assert conn.execute(Q["lane_ahead"], params).fetchone() == (1,)
