@@ -224,9 +224,16 @@ class PostgresStore(base.Store):
     # -- hot path ----------------------------------------------------------------
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        # Without dedup the insert is one statement, atomic by itself.
+        async def insert(conn: Conn) -> list[Inserted]:
+            if job.lane is not None:
+                # The lane's settle is one plan for every enqueue, and planning it anew
+                # each time (the session's force_custom_plan) cost more than running it.
+                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            return await insert_jobs(conn, job, args)
+
+        # Without dedup or a lane the insert is one statement, atomic by itself.
         return await self._session(
-            lambda conn: insert_jobs(conn, job, args),
+            insert,
             transaction=job.unique_key is not None or job.lane is not None,
             idempotent=False,
         )
