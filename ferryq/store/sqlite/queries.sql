@@ -251,13 +251,6 @@ ON CONFLICT (namespace, lane) DO NOTHING;
 DELETE FROM ferryq_lane_halts WHERE job_id IN (SELECT value FROM json_each(:ids))
 RETURNING namespace, lane, job_id;
 
--- name: lane_resume
--- The dead job that halted its lane, respawned: it goes first and keeps its place, as
--- a retry does, so it is admitted at once, even where jobs started before it died
--- fill a limit lowered since.
-UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
-
 -- name: lane_ahead
 -- INDEXED BY: once ANALYZE has run, the planner would rather walk the rowids below
 -- :id through the whole table than the lane's own range of the index.

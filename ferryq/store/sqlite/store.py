@@ -303,9 +303,9 @@ class SQLiteStore(base.Store):
                 (r[1], r[2]) for r in conn.execute(Q["lane_of_jobs"], {"ids": json.dumps(moved)})
             }
             released = _release(conn, moved)
-            if released:
+            if released:  # it goes first and keeps its place, as a retry does
                 resumed = json.dumps(list(released.values()))
-                conn.execute(Q["lane_resume"], {"ids": resumed, "now": now})
+                conn.execute(Q["lane_admit_due"], {"ids": resumed, "now": now})
             _settle(conn, back | released.keys(), now)
             return moved
 
