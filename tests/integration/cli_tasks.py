@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import ferryq
 
@@ -17,3 +18,8 @@ def echo(value: object) -> object:
 @app.task(name="always_fails", max_tries=2, retry=ferryq.backoff.fixed(0))
 def always_fails(reason: str) -> None:
     raise RuntimeError(reason)
+
+
+@app.task(name="switch_interval")
+def switch_interval() -> float:
+    return sys.getswitchinterval()

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from ferryq.cli import WORKER_SWITCH_INTERVAL
+
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.integration.cli_tasks:app"
 
@@ -258,6 +260,14 @@ def test_worker_runs_jobs_and_logs(ferryq: Run, tmp_path: Path) -> None:
     assert "ferryq.worker" in log
     assert job(ferryq, job_id)["state"] == "succeeded"
     assert job(ferryq, job_id)["result"] == {"n": 1}
+
+
+def test_the_worker_shares_the_interpreter_between_its_threads_every_millisecond(
+    ferryq: Run,
+) -> None:
+    job_id = enqueue(ferryq, "switch_interval", "[]", "--app", TASKS)
+    run_burst(ferryq)
+    assert job(ferryq, job_id)["result"] == WORKER_SWITCH_INTERVAL != sys.getswitchinterval()
 
 
 def test_dead_jobs_show_their_errors(ferryq: Run) -> None:
