@@ -156,7 +156,10 @@ class Worker:
                     "run again once their leases expire",
                     len(unwritten), sorted(f.id for f in unwritten)[:20],
                 )  # fmt: skip
-            await self._leave(store)
+                # Nor would the database take the goodbye: the worker's entry and any
+                # leadership it holds expire with their heartbeat and lease.
+            else:
+                await self._leave(store)
             self._remove_signals()
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
@@ -188,12 +191,18 @@ class Worker:
             await asyncio.wait([a.runner for a in leftovers if a.runner is not None])
 
     async def _leave(self, store: Store) -> None:
-        try:
+        async def leave() -> None:
             await store.worker_remove(self.id)
             if self._maintenance is not None:
                 await self._maintenance.leave()
             if self._periodic is not None:
                 await self._periodic.leave()
+
+        try:
+            await asyncio.wait_for(leave(), MIN_FINISH_WAIT)
+        except TimeoutError:
+            log.warning("could not deregister worker %s within %.0f s: its entry expires "
+                        "with its heartbeat", self.id, MIN_FINISH_WAIT)  # fmt: skip
         except Exception:
             log.exception("could not deregister worker %s", self.id)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -107,6 +108,34 @@ def test_a_worker_whose_database_went_away_still_stops_on_sigterm(
     worker.send_signal(signal.SIGTERM)
     # It gives the write up after the bound (the grace period, 5 s at least) and says so.
     log = pg_workers.stderr_of(worker)
+    assert worker.returncode == 1, log
+    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{handle.id}]" in log
+    assert "Error: the outcome of 1 attempt(s) could not be written" in log
+
+
+def test_a_worker_whose_sqlite_file_stays_locked_still_stops_on_sigterm(
+    workers: Workers, tmp_path: Path
+) -> None:
+    app = ferryq.App(workers.url)
+    started, go = tmp_path / "started", tmp_path / "go"
+    os.mkfifo(started)
+    os.mkfifo(go)
+    handle = _enqueue_hold(app, str(started), str(go))
+    app.close()
+    worker = workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
+                           module="ferryq")  # fmt: skip
+    assert int(read_fifo(started)) == worker.pid
+    # Another connection takes the write lock and keeps it, longer than any wait.
+    locker = sqlite3.connect(workers.url.removeprefix("sqlite:///"), isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    try:
+        with open(go, "w") as fifo:  # the attempt ends; its outcome cannot be written
+            fifo.write("go\n")
+        worker.send_signal(signal.SIGTERM)
+        log = workers.stderr_of(worker)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
     assert worker.returncode == 1, log
     assert f"stopping without writing the outcome of 1 attempt(s), jobs [{handle.id}]" in log
     assert "Error: the outcome of 1 attempt(s) could not be written" in log

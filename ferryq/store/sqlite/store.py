@@ -50,6 +50,9 @@ from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
 log = logging.getLogger("ferryq.store.sqlite")
 T = TypeVar("T")
+#: The longest one attempt at the write lock waits in SQLite's busy handler; between
+#: attempts the store looks whether it is closing, when a write gives up the wait.
+LOCK_POLL = 0.5
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
 
@@ -69,6 +72,7 @@ class SQLiteStore(base.Store):
         self._watch: sqlite3.Connection | None = None
         self._claim_version = -1
         self._open_lock = threading.Lock()
+        self._closing = threading.Event()
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -92,6 +96,7 @@ class SQLiteStore(base.Store):
             if self._executor is not None:
                 return
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="ferryq-sqlite")
+            self._closing.clear()
         try:
             # One executor job, so no call queued behind it can see an unmigrated file.
             await self._call(self._connect, migrate)
@@ -105,6 +110,7 @@ class SQLiteStore(base.Store):
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        self._closing.set()  # a write still waiting for another process's lock gives up
         if self._conn is not None:
             await asyncio.get_running_loop().run_in_executor(executor, self._conn.close)
             self._conn = None
@@ -115,6 +121,7 @@ class SQLiteStore(base.Store):
 
     def terminate(self) -> None:
         executor, self._executor = self._executor, None
+        self._closing.set()
         if executor is not None:
             executor.shutdown(wait=True)
         for conn in (self._conn, self._watch):
@@ -133,6 +140,8 @@ class SQLiteStore(base.Store):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB keeps the hot indexes cached
+        # From here on a write waits for the lock in _write's loop, LOCK_POLL at a time.
+        conn.execute(f"PRAGMA busy_timeout = {int(min(self._busy_timeout, LOCK_POLL) * 1000)}")
         self._conn = conn
         if migrate:
             self._write(_migrate)
@@ -144,19 +153,29 @@ class SQLiteStore(base.Store):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in a write transaction, waiting out other writers however long."""
+        """Run ``fn`` in a write transaction, waiting out other writers however long,
+        unless the store closes meanwhile."""
         conn = self._require_conn()
-        delay = 0.01
+        delay, waited, warned = 0.01, 0.0, 0
         while True:
+            began = time.monotonic()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
-                log.warning("SQLite write lock busy for %.0f s, still waiting", self._busy_timeout)
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            if self._closing.is_set():
+                raise StoreError(
+                    f"gave up waiting for the write lock of SQLite database {self.path!r} "
+                    "(another process holds it) as the store closed"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL)
+            waited += time.monotonic() - began
+            if waited // max(self._busy_timeout, LOCK_POLL) > warned:
+                warned = int(waited // max(self._busy_timeout, LOCK_POLL))
+                log.warning("SQLite write lock busy for %.0f s, still waiting", waited)
         try:
             result = fn(conn)
         except BaseException:
