@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -93,29 +94,31 @@ def test_a_worker_killed_in_stage_two_reruns_stage_two_only(
 def test_a_worker_whose_database_went_away_still_stops_on_sigterm(
     pg_workers: Workers, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
-    app = ferryq.App(pg_workers.url)
-    started, go = tmp_path / "started", tmp_path / "go"
-    os.mkfifo(started)
-    os.mkfifo(go)
-    handle = _enqueue_hold(app, str(started), str(go))
-    app.close()
-    worker = pg_workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
-                              module="ferryq")  # fmt: skip
-    assert int(read_fifo(started)) == worker.pid
+    worker, job_id, go = _worker_holding_a_job(pg_workers, tmp_path)
     drop_database(pg_cluster.url, urlsplit(pg_workers.url).path.lstrip("/"))
-    with open(go, "w") as fifo:  # the attempt ends; its outcome has nowhere to go
-        fifo.write("go\n")
-    worker.send_signal(signal.SIGTERM)
-    # It gives the write up after the bound (the grace period, 5 s at least) and says so.
-    log = pg_workers.stderr_of(worker)
-    assert worker.returncode == 1, log
-    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{handle.id}]" in log
-    assert "Error: the outcome of 1 attempt(s) could not be written" in log
+    _end_the_job_and_stop(worker, go)  # the job's outcome has nowhere to go
+    _check_it_gave_the_outcome_up(pg_workers, worker, job_id)
 
 
 def test_a_worker_whose_sqlite_file_stays_locked_still_stops_on_sigterm(
     workers: Workers, tmp_path: Path
 ) -> None:
+    worker, job_id, go = _worker_holding_a_job(workers, tmp_path)
+    # Another connection takes the write lock and keeps it, longer than any wait.
+    locker = sqlite3.connect(workers.url.removeprefix("sqlite:///"), isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    try:
+        _end_the_job_and_stop(worker, go)
+        _check_it_gave_the_outcome_up(workers, worker, job_id)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+
+def _worker_holding_a_job(
+    workers: Workers, tmp_path: Path
+) -> tuple[subprocess.Popen[str], int, Path]:
+    """A ``ferryq worker`` (grace 1 s) running a job that ends when ``go`` is written."""
     app = ferryq.App(workers.url)
     started, go = tmp_path / "started", tmp_path / "go"
     os.mkfifo(started)
@@ -125,17 +128,20 @@ def test_a_worker_whose_sqlite_file_stays_locked_still_stops_on_sigterm(
     worker = workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
                            module="ferryq")  # fmt: skip
     assert int(read_fifo(started)) == worker.pid
-    # Another connection takes the write lock and keeps it, longer than any wait.
-    locker = sqlite3.connect(workers.url.removeprefix("sqlite:///"), isolation_level=None)
-    locker.execute("BEGIN IMMEDIATE")
-    try:
-        with open(go, "w") as fifo:  # the attempt ends; its outcome cannot be written
-            fifo.write("go\n")
-        worker.send_signal(signal.SIGTERM)
-        log = workers.stderr_of(worker)
-    finally:
-        locker.execute("ROLLBACK")
-        locker.close()
+    return worker, handle.id, go
+
+
+def _end_the_job_and_stop(worker: subprocess.Popen[str], go: Path) -> None:
+    with open(go, "w") as fifo:
+        fifo.write("go\n")
+    worker.send_signal(signal.SIGTERM)
+
+
+def _check_it_gave_the_outcome_up(
+    workers: Workers, worker: subprocess.Popen[str], job_id: int
+) -> None:
+    """It gives the write up after the bound (the grace period, 5 s at least) and says so."""
+    log = workers.stderr_of(worker)
     assert worker.returncode == 1, log
-    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{handle.id}]" in log
+    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{job_id}]" in log
     assert "Error: the outcome of 1 attempt(s) could not be written" in log
