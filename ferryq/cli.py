@@ -39,8 +39,8 @@ PAGE = 500
 # A worker process hands the interpreter from thread to thread every millisecond
 # rather than Python's default five: the SQLite store writes from a thread of its own,
 # and after each statement that thread must win the interpreter back from a busy
-# event loop. Drains on SQLite run 3-12% faster (docs/operations.md); the HTTP server,
-# measured the same way, does not gain and keeps the default.
+# event loop. Drains on SQLite run 3-12% faster (docs/operations.md); the HTTP server
+# did not gain (bench.http) and keeps the default.
 WORKER_SWITCH_INTERVAL = 0.001
 
 out = Console(highlight=False)
