@@ -156,9 +156,9 @@ class SQLiteStore(base.Store):
         """Run ``fn`` in a write transaction, waiting out other writers however long,
         unless the store closes meanwhile."""
         conn = self._require_conn()
-        delay, waited, warned = 0.01, 0.0, 0
+        delay, began = 0.01, time.monotonic()
+        warn_at = began + max(self._busy_timeout, LOCK_POLL)
         while True:
-            began = time.monotonic()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 break
@@ -172,10 +172,9 @@ class SQLiteStore(base.Store):
                 )
             time.sleep(delay)
             delay = min(delay * 2, LOCK_POLL)
-            waited += time.monotonic() - began
-            if waited // max(self._busy_timeout, LOCK_POLL) > warned:
-                warned = int(waited // max(self._busy_timeout, LOCK_POLL))
-                log.warning("SQLite write lock busy for %.0f s, still waiting", waited)
+            if (now := time.monotonic()) >= warn_at:
+                warn_at = now + max(self._busy_timeout, LOCK_POLL)
+                log.warning("SQLite write lock busy for %.0f s, still waiting", now - began)
         try:
             result = fn(conn)
         except BaseException:
