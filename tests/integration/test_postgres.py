@@ -15,6 +15,7 @@ import pytest
 import ferryq
 from ferryq.store import open_store
 from ferryq.store.postgres import partitions
+from ferryq.store.postgres.store import GENERIC_PLANS, SESSION_SETTINGS, _transaction_with
 from ferryq.testing import drain_async
 
 
@@ -114,6 +115,54 @@ async def test_enqueue_into_a_lane_in_the_callers_transaction(
     await drain_async(app)
     assert [await h.result_async(timeout=5) for h in [head, *kept]] == [0, 2, 4]
     assert (await app.lanes_async()) == []
+
+
+async def test_an_enqueue_into_a_lane_waits_for_the_lanes_lock(
+    app: ferryq.App, pg_url: str
+) -> None:
+    double = _tasks(app).options(lane="post:1")
+    await app.store()
+    holder = await asyncpg.connect(pg_url)
+    try:
+        holder_transaction = holder.transaction()
+        await holder_transaction.start()
+        await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('default/post:1', 11))")
+        enqueue = asyncio.create_task(double.enqueue_async(1))
+        # Its insert takes the lane's lock in the same statement; it must still wait.
+        waiting = ("SELECT count(*) FROM pg_stat_activity"
+                   " WHERE datname = current_database() AND wait_event = 'advisory'")  # fmt: skip
+        for _ in range(1000):  # PostgreSQL tells no one of a lock wait: look, every 10 ms
+            if await holder.fetchval(waiting):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the enqueue never waited for the lane's lock")
+        assert not enqueue.done()
+        await holder_transaction.commit()
+        handle = await enqueue
+    finally:
+        await holder.close()
+    assert (await app.get_job_async(handle.id)).state == "ready"
+
+
+async def test_a_transaction_begun_with_settings_ends_them_and_rolls_back_on_failure(
+    pg_url: str,
+) -> None:
+    conn = await asyncpg.connect(pg_url, server_settings=SESSION_SETTINGS)
+    try:
+        await conn.execute("CREATE TEMP TABLE t (n int)")
+        async with _transaction_with(conn, GENERIC_PLANS):
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            await conn.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(RuntimeError):
+            async with _transaction_with(conn, GENERIC_PLANS):
+                await conn.execute("INSERT INTO t VALUES (2)")
+                raise RuntimeError("the work fails half-way")
+        assert not conn.is_in_transaction()
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+        assert [r[0] for r in await conn.fetch("SELECT n FROM t")] == [1]
+    finally:
+        await conn.close()
 
 
 async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:

@@ -1,7 +1,8 @@
 """Lanes on PostgreSQL: the rule of ferryq.lanes, applied to many lanes in few statements.
 
 Every transaction that changes which jobs a lane holds first takes the lane's
-advisory lock (``lane_lock``), before it touches any job row, so concurrent enqueues,
+advisory lock (``lane_lock``; an enqueue's insert takes it itself, before its first
+row), before it touches any job row, so concurrent enqueues,
 finishes, cancels and expiries of one lane decide one after another, and never in a
 circle. Settling a batch of lanes is two statements whatever their number: the lock
 and ``lane_settle``. The functions take a ``Run`` so the same code serves the

@@ -6,7 +6,12 @@
 -- NOTIFY (delivered at commit): a single round trip, atomic without BEGIN. unnest
 -- keeps the input order, so the identity values rise in that order; they come back
 -- as one array. The notifying CTE is volatile, hence evaluated once, by the EXISTS.
-WITH inserted AS (
+-- Jobs of a lane take the lane's lock (as lane_lock does) before the first row goes
+-- in, by the insert's one-time filter: a round trip fewer per enqueue into a lane.
+WITH locked AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended(:namespace || '/' || :lane, 11))
+    WHERE :lane::text IS NOT NULL
+), inserted AS (
     INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
         order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
         created_at)
@@ -15,6 +20,7 @@ WITH inserted AS (
         :max_tries, :retry, :unique_key, :stage, :context, :meta::jsonb,
         :created_at::float8
     FROM unnest(:args::text[]) WITH ORDINALITY AS a(args, n)
+    WHERE :lane::text IS NULL OR EXISTS (SELECT FROM locked)
     ORDER BY a.n
     RETURNING id
 ), woken AS (

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -57,6 +57,7 @@ LEADER_IDLE_TIMEOUT = "10s"
 #: large, can scan a whole table where the batch needs a few index lookups: every
 #: run is planned for its own parameters instead (a fraction of a millisecond).
 SESSION_SETTINGS = {"plan_cache_mode": "force_custom_plan", "application_name": "ferryq"}
+GENERIC_PLANS = "plan_cache_mode = force_generic_plan"
 #: How long a call keeps retrying while the server is unreachable (a restart).
 RECONNECT_SECONDS = 30.0
 _CONNECTION_LOST = (
@@ -167,8 +168,10 @@ class PostgresStore(base.Store):
         transaction: bool = True,
         idempotent: bool = True,
         isolation: str | None = None,
+        settings: str | None = None,
     ) -> T:
-        """Run ``op`` on a pooled connection, riding out a server restart.
+        """Run ``op`` on a pooled connection, riding out a server restart. ``settings``
+        (``SET LOCAL`` assignments) apply to ``op``'s transaction, set as it begins.
 
         A connection lost before the work began (a pooled connection the server
         closed, a server still starting) is always retried; one lost half-way only
@@ -182,7 +185,11 @@ class PostgresStore(base.Store):
                     if not transaction:
                         begun = True
                         return await op(conn)
-                    async with conn.transaction(isolation=isolation):
+                    if settings is None:
+                        async with conn.transaction(isolation=isolation):
+                            begun = True
+                            return await op(conn)
+                    async with _transaction_with(conn, settings):
                         begun = True
                         return await op(conn)
             except _CONNECTION_LOST as exc:
@@ -225,17 +232,17 @@ class PostgresStore(base.Store):
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         async def insert(conn: Conn) -> list[Inserted]:
-            if job.lane is not None:
-                # The lane's settle is one plan for every enqueue, and planning it anew
-                # each time (the session's force_custom_plan) cost more than running it.
-                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             return await insert_jobs(conn, job, args)
 
-        # Without dedup or a lane the insert is one statement, atomic by itself.
+        # Without dedup or a lane the insert is one statement, atomic by itself. A lane's
+        # settle is one plan for every enqueue: planning it anew each time (the session's
+        # force_custom_plan) cost more than running it.
+        in_transaction = job.unique_key is not None or job.lane is not None
         return await self._session(
             insert,
-            transaction=job.unique_key is not None or job.lane is not None,
+            transaction=in_transaction,
             idempotent=False,
+            settings=GENERIC_PLANS if job.lane is not None else None,
         )
 
     async def job_claim(
@@ -698,6 +705,21 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
     return list(await conn.fetch(statement.sql, *statement.args(params)))
 
 
+@contextlib.asynccontextmanager
+async def _transaction_with(conn: Conn, settings: str) -> AsyncIterator[None]:
+    """A transaction begun together with ``SET LOCAL settings``, in one round trip
+    (asyncpg's ``transaction()`` sends BEGIN alone): committed if the block ends
+    normally, else rolled back (by the pool, on release, if the connection is lost)."""
+    await conn.execute(f"BEGIN; SET LOCAL {settings}")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(*_CONNECTION_LOST):
+            await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+
+
 async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
     """Insert on ``conn`` (asyncpg), with one NOTIFY for all. With a unique_key or a
     lane it must be inside a transaction, which holds their locks until it ends."""
@@ -714,9 +736,9 @@ async def insert_with(
         return []
     total = len(args)
     lane = None if job.lane is None else {(job.namespace, job.lane)}
-    if lane is not None:  # before any row: see ferryq.store.postgres.lanes
-        await lanes.lock(run, lane)
     if job.unique_key is not None:
+        if lane is not None:  # before any row: see ferryq.store.postgres.lanes
+            await lanes.lock(run, lane)
         key = {"namespace": job.namespace, "unique_key": job.unique_key}
         await run(Q["job_lock_unique"], key)
         rows = await run(Q["job_find_unique_hot"], key)
@@ -726,6 +748,8 @@ async def insert_with(
         if rows:
             return [Inserted(int(rows[0][0]), False)] * total
         args = args[:1]  # the first one is created; the others are its duplicates
+    # The insert takes the lane's lock itself, before its first row (again, harmlessly,
+    # after the unique key's path).
     params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
     params.update(state=job.state.value, args=list(args))
     ids: list[int] = (await run(Q["job_insert_batch"], params))[0][0]
