@@ -709,7 +709,8 @@ async def _run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
 async def _transaction_with(conn: Conn, settings: str) -> AsyncIterator[None]:
     """A transaction begun together with ``SET LOCAL settings``, in one round trip
     (asyncpg's ``transaction()`` sends BEGIN alone): committed if the block ends
-    normally, else rolled back (by the pool, on release, if the connection is lost)."""
+    normally, else rolled back. A lost connection cannot be; its server ends the
+    transaction, and the pool's ``_reset`` catches any other left open."""
     await conn.execute(f"BEGIN; SET LOCAL {settings}")
     try:
         yield
