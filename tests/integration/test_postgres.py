@@ -4,7 +4,10 @@ notifications, partitioned history, clear errors for a server that is not there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
+import urllib.parse
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
@@ -15,7 +18,12 @@ import pytest
 import ferryq
 from ferryq.store import open_store
 from ferryq.store.postgres import partitions
-from ferryq.store.postgres.store import GENERIC_PLANS, SESSION_SETTINGS, _transaction_with
+from ferryq.store.postgres.store import (
+    GENERIC_PLANS,
+    JOBS_CHANNEL,
+    SESSION_SETTINGS,
+    _transaction_with,
+)
 from ferryq.testing import drain_async
 
 
@@ -215,6 +223,62 @@ async def test_history_is_partitioned_by_day_and_pruned_by_partition(pg_url: str
     finally:
         await conn.close()
         await store.close()
+
+
+class _CutListen:
+    """A TCP proxy on loopback in front of the real server that ends a connection
+    the moment it asks to LISTEN, as a server shutting down may do."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        netloc = self.upstream.netloc.rsplit("@", 1)[0] + f"@127.0.0.1:{port}"
+        return self.upstream._replace(netloc=netloc).geturl()
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.upstream.hostname is not None and self.upstream.port is not None
+        up_reader, up_writer = await asyncio.open_connection(
+            self.upstream.hostname, self.upstream.port
+        )
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                if sink is up_writer and f'LISTEN "{JOBS_CHANNEL}"'.encode() in data:
+                    self.cuts += 1
+                    break
+                sink.write(data)
+                await sink.drain()
+            for end in (writer, up_writer):
+                end.close()
+
+        with contextlib.suppress(ConnectionError):
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+async def test_a_connection_cut_as_it_starts_to_listen_means_polling_not_an_error(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = _CutListen(pg_url)
+    store = open_store(await proxy.start())
+    await store.open()
+    try:
+        with caplog.at_level(logging.WARNING, "ferryq.store.postgres"):
+            assert await store.job_claim("default", ["default"], 10, "w", 0.0) == []
+        assert proxy.cuts == 1
+        assert "cannot LISTEN for wake-ups" in caplog.text
+    finally:
+        await store.close()
+        await proxy.stop()
 
 
 def _free_port() -> int:

@@ -923,14 +923,16 @@ class _Listener:
         if time.monotonic() < self._retry_at:
             return False
         try:
-            conn = await asyncpg.connect(self.url)
+            # Once connected, close() sees the connection, even if we are cancelled.
+            self.conn = await asyncpg.connect(self.url)
+            # A server shutting down may accept the connection and then end it here.
+            await self.conn.add_listener(JOBS_CHANNEL, self._on_jobs)
+            await self.conn.add_listener(DONE_CHANNEL, self._on_done)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await self.close()
             log.warning("cannot LISTEN for wake-ups (%s); polling until it can", exc)
             self._retry_at = time.monotonic() + 1.0
             return False
-        self.conn = conn  # from here on close() sees it, even if we are cancelled
-        await conn.add_listener(JOBS_CHANNEL, self._on_jobs)
-        await conn.add_listener(DONE_CHANNEL, self._on_done)
         self.jobs.set()  # anything may have happened while we were not listening
         self.done.set()
         return True
