@@ -40,6 +40,29 @@ def test_a_job_whose_worker_is_killed_runs_again_elsewhere(
     app.close()
 
 
+def _freeze_outside_a_write(proc: subprocess.Popen[str], db: str) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write lock on the SQLite file ``db``.
+
+    SQLite's write lock belongs to the file: a process frozen inside a write stops
+    every other writer until it runs again, and no lease can help (see "Leases and
+    time-to-run" in docs/guarantees.md). This is about a worker frozen mid-job, not mid-write."""
+    probe = sqlite3.connect(db, isolation_level=None, timeout=0)
+    try:
+        for _ in range(100):
+            proc.send_signal(signal.SIGSTOP)
+            os.waitpid(proc.pid, os.WUNTRACED)  # stopped now, not merely signalled
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:  # database is locked: frozen mid-write
+                proc.send_signal(signal.SIGCONT)
+                continue
+            probe.execute("ROLLBACK")
+            return
+        raise AssertionError("the worker was inside a write at every try")
+    finally:
+        probe.close()
+
+
 def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
     workers: Workers, tmp_path: Path
 ) -> None:
@@ -50,7 +73,7 @@ def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
     handle = _enqueue_hold(app, str(started), str(go))
     frozen = workers.start()
     assert int(read_fifo(started)) == frozen.pid
-    frozen.send_signal(signal.SIGSTOP)
+    _freeze_outside_a_write(frozen, workers.url.removeprefix("sqlite:///"))
     rescuer = workers.start()
     result = handle.result(timeout=30)
     assert result == f"attempt 2 by {rescuer.pid}"
