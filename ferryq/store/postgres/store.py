@@ -185,11 +185,12 @@ class PostgresStore(base.Store):
                     if not transaction:
                         begun = True
                         return await op(conn)
-                    if settings is None:
-                        async with conn.transaction(isolation=isolation):
-                            begun = True
-                            return await op(conn)
-                    async with _transaction_with(conn, settings):
+                    transaction_of_op = (
+                        conn.transaction(isolation=isolation)
+                        if settings is None
+                        else _transaction_with(conn, settings)
+                    )
+                    async with transaction_of_op:
                         begun = True
                         return await op(conn)
             except _CONNECTION_LOST as exc:
@@ -237,10 +238,9 @@ class PostgresStore(base.Store):
         # Without dedup or a lane the insert is one statement, atomic by itself. A lane's
         # settle is one plan for every enqueue: planning it anew each time (the session's
         # force_custom_plan) cost more than running it.
-        in_transaction = job.unique_key is not None or job.lane is not None
         return await self._session(
             insert,
-            transaction=in_transaction,
+            transaction=job.unique_key is not None or job.lane is not None,
             idempotent=False,
             settings=GENERIC_PLANS if job.lane is not None else None,
         )
