@@ -17,11 +17,14 @@ import pytest
 
 import ferryq
 from ferryq.store import open_store
-from ferryq.store.postgres import partitions
+from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.store import (
     GENERIC_PLANS,
+    IDLE_IN_TRANSACTION_TIMEOUT,
     JOBS_CHANNEL,
     SESSION_SETTINGS,
+    PostgresStore,
+    _runner,
     _transaction_with,
 )
 from ferryq.testing import drain_async
@@ -171,6 +174,50 @@ async def test_a_transaction_begun_with_settings_ends_them_and_rolls_back_on_fai
         assert [r[0] for r in await conn.fetch("SELECT n FROM t")] == [1]
     finally:
         await conn.close()
+
+
+async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(pg_url: str) -> None:
+    """A worker frozen inside a transaction holds its lanes only until the server ends
+    its idle session (the timeout set short here, through the URL); the frozen call,
+    once it runs again, starts over on another connection."""
+    joiner = "&" if "?" in pg_url else "?"
+    store = PostgresStore(f"{pg_url}{joiner}idle_in_transaction_session_timeout=300ms")
+    default_store = PostgresStore(pg_url)
+    runs = 0
+    holding, thawed = asyncio.Event(), asyncio.Event()
+
+    async def hold_a_lane(conn: Any) -> int:
+        nonlocal runs
+        runs += 1
+        await lanes.lock(_runner(conn), {("default", "post:1")})
+        holding.set()
+        await thawed.wait()  # frozen, between two statements of its transaction
+        return int(await conn.fetchval("SELECT 1"))
+
+    async def timeout_of(store: PostgresStore) -> str:
+        return str(await store._session(
+            lambda conn: conn.fetchval("SHOW idle_in_transaction_session_timeout")
+        ))  # fmt: skip
+
+    await store.open()
+    await default_store.open()
+    other = await asyncpg.connect(pg_url)
+    try:
+        assert await timeout_of(store) == "300ms"
+        assert await timeout_of(default_store) == IDLE_IN_TRANSACTION_TIMEOUT
+        frozen = asyncio.create_task(store._session(hold_a_lane))
+        await holding.wait()
+        async with other.transaction():  # waits for the lane until the session ends
+            await asyncio.wait_for(other.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('default/post:1', 11))"
+            ), timeout=30)  # fmt: skip
+        thawed.set()
+        assert await frozen == 1
+        assert runs == 2
+    finally:
+        await other.close()
+        await store.close()
+        await default_store.close()
 
 
 async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -52,11 +53,22 @@ _TO_HISTORY = ("succeeded", "dead", "cancelled")
 JOBS_CHANNEL, DONE_CHANNEL = "ferryq_jobs", "ferryq_done"
 #: A frozen leader's session ends after this long, so its lock passes on.
 LEADER_IDLE_TIMEOUT = "10s"
+#: A transaction of the store's lasts milliseconds. One left idle longer than this
+#: (its process frozen: SIGSTOP, a debugger, a paused machine) is ended by the server,
+#: so the lanes and rows it locked go free for every other worker; the frozen call,
+#: once it runs again, finds its connection gone and starts over on another.
+IDLE_IN_TRANSACTION_TIMEOUT = "10s"
 #: Statements are prepared once per connection. A generic plan, which PostgreSQL
 #: switches to after five runs, guesses batch sizes blindly and, once the tables are
 #: large, can scan a whole table where the batch needs a few index lookups: every
 #: run is planned for its own parameters instead (a fraction of a millisecond).
-SESSION_SETTINGS = {"plan_cache_mode": "force_custom_plan", "application_name": "ferryq"}
+#: A setting given in the URL's query (``?idle_in_transaction_session_timeout=30s``)
+#: takes the place of the one here.
+SESSION_SETTINGS = {
+    "plan_cache_mode": "force_custom_plan",
+    "application_name": "ferryq",
+    "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
+}
 GENERIC_PLANS = "plan_cache_mode = force_generic_plan"
 #: How long a call keeps retrying while the server is unreachable (a restart).
 RECONNECT_SECONDS = 30.0
@@ -67,6 +79,7 @@ _CONNECTION_LOST = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,  # a connection left half-way through an operation
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,  # it ended a frozen session
 )
 
 
@@ -117,7 +130,7 @@ class PostgresStore(base.Store):
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=self._min_size, max_size=self._max_size,
-                server_settings=SESSION_SETTINGS, reset=_reset,
+                server_settings=_session_settings(self.url), reset=_reset,
             )  # fmt: skip
             async with self._pool.acquire() as conn:  # a wrong URL says so now, once
                 await conn.execute("SELECT 1")
@@ -686,6 +699,13 @@ async def _migrate(conn: Conn) -> list[int]:
         )  # fmt: skip
         applied.append(version)
     return applied
+
+
+def _session_settings(url: str) -> dict[str, str]:
+    """SESSION_SETTINGS, less those the URL's query sets: asyncpg sends a query
+    parameter it does not know to the server as a setting, unless told otherwise."""
+    given = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    return {name: value for name, value in SESSION_SETTINGS.items() if name not in given}
 
 
 def _runner(conn: Conn) -> lanes.Run:
