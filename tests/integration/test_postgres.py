@@ -18,6 +18,7 @@ import pytest
 import ferryq
 from ferryq.store import open_store
 from ferryq.store.postgres import lanes, partitions
+from ferryq.store.postgres import store as postgres_store
 from ferryq.store.postgres.store import (
     GENERIC_PLANS,
     IDLE_IN_TRANSACTION_TIMEOUT,
@@ -176,10 +177,14 @@ async def test_a_transaction_begun_with_settings_ends_them_and_rolls_back_on_fai
         await conn.close()
 
 
-async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(pg_url: str) -> None:
+async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker frozen inside a transaction holds its lanes only until the server ends
     its idle session (the timeout set short here, through the URL); the frozen call,
-    once it runs again, starts over on another connection."""
+    once it runs again, starts over on another connection, however long it was
+    frozen (longer here than a call keeps retrying after losing its connection)."""
+    monkeypatch.setattr(postgres_store, "RECONNECT_SECONDS", 0.1)
     joiner = "&" if "?" in pg_url else "?"
     store = PostgresStore(f"{pg_url}{joiner}idle_in_transaction_session_timeout=300ms")
     default_store = PostgresStore(pg_url)

@@ -188,9 +188,11 @@ class PostgresStore(base.Store):
 
         A connection lost before the work began (a pooled connection the server
         closed, a server still starting) is always retried; one lost half-way only
-        when ``op`` is safe to run twice. Past RECONNECT_SECONDS it is a StoreError.
+        when ``op`` is safe to run twice. RECONNECT_SECONDS after the first loss it is a
+        StoreError (counted from the loss: a call may have been frozen long before).
         """
-        delay, deadline = 0.05, time.monotonic() + RECONNECT_SECONDS
+        delay = 0.05
+        deadline: float | None = None  # set at the first loss
         while True:
             begun = False
             try:
@@ -207,6 +209,7 @@ class PostgresStore(base.Store):
                         begun = True
                         return await op(conn)
             except _CONNECTION_LOST as exc:
+                deadline = deadline or time.monotonic() + RECONNECT_SECONDS
                 if (begun and not idempotent) or time.monotonic() > deadline:
                     raise StoreError(
                         f"lost the connection to PostgreSQL at {self.safe_url}: {exc}"
