@@ -59,7 +59,7 @@ import pytest
 
 import ferryq
 from ferryq.job import Job
-from tests.acceptance.lanes_app import lane_step
+from tests.acceptance.lanes_app import MAX_TRIES, TTR, lane_step
 
 ROOT = Path(__file__).resolve().parents[2]
 LANES_1 = [f"l1:{n}" for n in range(150)]
@@ -167,7 +167,10 @@ async def _run(app: ferryq.App, fleet: Fleet, rng: random.Random, seed: int) -> 
                 (lane, seq, round(rng.uniform(0, MAX_SLEEP), 4), rng.random() < FAIL_FIRST)
                 for seq in range(first, first + step)
             ]
-            handles = await app.enqueue_many_async(lane_step.name, batch, lane=lane)
+            # By name, from an App that does not know the task: its options go along.
+            handles = await app.enqueue_many_async(
+                lane_step.name, batch, lane=lane, ttr=TTR, max_tries=MAX_TRIES
+            )
             ids.update(h.id for h in handles)
     assert len(ids) == JOBS
     enqueued = time.monotonic()
