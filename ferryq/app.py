@@ -338,6 +338,9 @@ class App:
         """Enqueue by task name (the task need not be registered here).
 
         ``args`` is a list of positional arguments or a dict of keyword arguments.
+        The job's options are the task's as registered in this App, or the defaults
+        (queue ``default``, ttr 60 s, 3 tries) if it is not, plus ``options``; the
+        worker that runs it keeps them.
         """
         return self.portal_call(self.enqueue_async(task, args, **options))
 

@@ -141,6 +141,31 @@ async def test_unknown_task_dies_with_a_clear_error_and_the_worker_goes_on(
     assert await good.result_async(timeout=1) == "fine"
 
 
+async def test_a_jobs_options_are_fixed_when_it_is_enqueued(
+    app: ferryq.App, backend_url: str, clock: FrozenClock
+) -> None:
+    @app.task(name="mail.send", queue="mail", ttr=5, max_tries=7)
+    async def send(to: str) -> str:
+        return to
+
+    sender = ferryq.App(backend_url, clock=clock)  # knows no task: enqueues by name
+    try:
+        bare = await sender.enqueue_async("mail.send", ["a"], queue="mail")
+        given = await sender.enqueue_async("mail.send", ["b"], queue="mail", ttr=5, max_tries=7)
+    finally:
+        await sender.aclose()
+        sender.close()
+    registered = await send.enqueue_async("c")
+    assert (await drain_async(app)).finished == 3
+    options: dict[str, tuple[float, int]] = {}
+    for handle in (bare, given, registered):
+        job = await app.get_job_async(handle.id)
+        assert job.state == "succeeded"
+        options[job.args[0]] = (job.ttr, job.max_tries)
+    # Each job kept the options it was enqueued with, though the worker knows others.
+    assert options == {"a": (60.0, 3), "b": (5.0, 7), "c": (5.0, 7)}
+
+
 async def test_a_result_that_is_not_json_is_a_permanent_failure(app: ferryq.App) -> None:
     @app.task(max_tries=3)
     async def odd() -> object:
