@@ -1,0 +1,31 @@
+"""The lane benchmark still runs end to end: tiny sizes, one round, figures not judged.
+
+It starts real worker processes on both backends and checks its own setup (the
+backlog lane is filled as described and left alone by the worker); the timings it
+prints mean nothing at these sizes, so none is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.pg import PgCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
+    command = [sys.executable, "-m", "bench.lanes", "--backend", "both", "--rounds", "1",
+               "--jobs", "200", "--lanes", "20", "--backlog", "1000", "--samples", "5"]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    for backend in ("sqlite", "postgres"):
+        section = done.stdout.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
+        for row in ("drain, jobs/s", "pickup p99, ms", "enqueue, batches of 100, jobs/s"):
+            assert row in section, section
