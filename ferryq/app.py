@@ -144,6 +144,7 @@ class App:
         *,
         cron: str | None = None,
         every: float | None = None,
+        timezone: str | None = None,
         catch_up: int = 1,
         name: str | None = None,
         queue: str | None = None,
@@ -153,7 +154,8 @@ class App:
         ttl: float | None = None,
         priority: float | None = None,
     ) -> TaskDecorator:
-        """Run a task on a schedule: ``@app.periodic(cron="*/5 * * * *")`` (UTC) or
+        """Run a task on a schedule: ``@app.periodic(cron="*/5 * * * *")`` (UTC, or
+        the wall clock of ``timezone``, such as ``"Europe/Paris"``) or
         ``@app.periodic(every=30)`` (seconds, counted from the Unix epoch).
 
         One job per tick, whatever the number of workers. Ticks missed while no
@@ -161,7 +163,7 @@ class App:
         The handler takes no arguments but an optional ``ferryq.Context``; decorate
         an existing task to give it a schedule too.
         """
-        schedule = Schedule.of(cron=cron, every=every)
+        schedule = Schedule.of(cron=cron, every=every, timezone=timezone)
         check_catch_up(catch_up)  # now, before any task is registered
         register_task = self.task(name=name, queue=queue, max_tries=max_tries, retry=retry,
                                   ttr=ttr, ttl=ttl, priority=priority)  # fmt: skip

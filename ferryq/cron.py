@@ -1,4 +1,5 @@
-"""Five-field cron expressions, in UTC: parse them and find the ticks around a time.
+"""Five-field cron expressions, in UTC or a time zone: parse them and find the ticks
+around a time.
 
 ``minute hour day-of-month month day-of-week``, each ``*``, a number, a range
 ``a-b``, a step ``*/n``, ``a-b/n`` or ``a/n`` (from a to the field's end), or a
@@ -12,13 +13,22 @@ restricted (neither starts with ``*``), a day matches if either matches; otherwi
 both must (so ``0 0 13 * 5`` runs on every 13th and every Friday, while
 ``0 0 */2 * 1`` runs on odd days that are Mondays).
 
-Pure functions, no I/O. Ticks are Unix seconds on whole minutes.
+In a time zone (``parse(expression, "Europe/Paris")``) the fields are read on the
+zone's wall clock, as cronie does across daylight-saving changes: a time the
+change to summer time skips runs once, at the change (``30 2 * * *`` runs at 03:00
+that day; every skipped tick of ``*/10 * * * *`` becomes that one); a time the
+change back repeats runs once, the first time.
+
+Pure functions, no I/O (but the zone's rules, read once). Ticks are Unix seconds on
+whole minutes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -42,6 +52,10 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
 #: How far to look for the next or previous tick: covers a 29 February, a leap year
 #: skipped at a century included.
 _HORIZON_DAYS = 366 * 9
+_MINUTE = timedelta(minutes=1)
+#: How far apart, at most, the UTC offsets a zone uses around one moment: a day
+#: either side covers any change of offset (the largest, Samoa's in 2011, was a day).
+_OFFSETS_AROUND = timedelta(days=2)
 
 
 class CronError(ValueError):
@@ -60,6 +74,8 @@ class Cron:
     weekdays: frozenset[int]  # 0-6, Sunday 0
     any_day: bool  # the day-of-month field starts with '*'
     any_weekday: bool  # the day-of-week field starts with '*'
+    zone: tzinfo = UTC  # whose wall clock the fields read
+    timezone: str | None = None  # the zone's name, None for UTC
 
     def matches_day(self, day: date) -> bool:
         if day.month not in self.months:
@@ -72,36 +88,97 @@ class Cron:
 
     def next_after(self, t: float) -> float:
         """The first tick strictly after ``t``."""
-        start = _minute_floor(t) + timedelta(minutes=1)
-        day = start.date()
-        for _ in range(_HORIZON_DAYS):
-            if self.matches_day(day):
-                floor = (start.hour, start.minute) if day == start.date() else (0, 0)
-                found = _first_at_or_after(self.hours, self.minutes, floor)
-                if found is not None:
-                    return _at(day, *found)
-            day += timedelta(days=1)
+        if self.zone is UTC:
+            wall = _minute_floor(t) + _MINUTE
+            found = next(self._walls_from(wall.replace(tzinfo=None)), None)
+            if found is not None:
+                return found.replace(tzinfo=UTC).timestamp()
+        else:
+            # Every wall time before the clock's reading at the zone's lowest offset
+            # around t falls at or before t; the first later one falling after t is it.
+            low, _ = self._offsets_around(t)
+            start = _minute_floor(t + low.total_seconds()).replace(tzinfo=None)
+            for wall in self._walls_from(start):
+                if (tick := self._instant(wall)) > t:
+                    return tick
         raise CronError(f"{self.expression!r} has no tick after {_iso(t)}")
 
     def previous_before(self, t: float) -> float:
         """The last tick strictly before ``t``."""
-        floor = _minute_floor(t)
-        end = floor - timedelta(minutes=1) if floor.timestamp() == t else floor
-        day = end.date()
-        for _ in range(_HORIZON_DAYS):
-            if self.matches_day(day):
-                ceiling = (end.hour, end.minute) if day == end.date() else (23, 59)
-                found = _last_at_or_before(self.hours, self.minutes, ceiling)
-                if found is not None:
-                    return _at(day, *found)
-            day -= timedelta(days=1)
+        if self.zone is UTC:
+            floor = _minute_floor(t)
+            end = floor - _MINUTE if floor.timestamp() == t else floor
+            found = next(self._walls_back(end.replace(tzinfo=None)), None)
+            if found is not None:
+                return found.replace(tzinfo=UTC).timestamp()
+        else:  # the same, from the reading at the highest offset back
+            _, high = self._offsets_around(t)
+            end = _minute_floor(t + high.total_seconds()).replace(tzinfo=None)
+            for wall in self._walls_back(end):
+                if (tick := self._instant(wall)) < t:
+                    return tick
         raise CronError(f"{self.expression!r} has no tick before {_iso(t)}")
 
+    def _walls_from(self, start: datetime) -> Iterator[datetime]:
+        """The wall times (naive) the fields match, from ``start`` on, in order."""
+        day, floor = start.date(), (start.hour, start.minute)
+        for _ in range(_HORIZON_DAYS):
+            if self.matches_day(day):
+                for hour in self.hours:
+                    if hour < floor[0]:
+                        continue
+                    for minute in self.minutes:
+                        if (hour, minute) >= floor:
+                            yield datetime(day.year, day.month, day.day, hour, minute)
+            day, floor = day + timedelta(days=1), (0, 0)
 
-def parse(expression: str) -> Cron:
-    """Parse a cron expression; :class:`CronError` (a ValueError) says what is wrong."""
+    def _walls_back(self, end: datetime) -> Iterator[datetime]:
+        """The wall times (naive) the fields match, from ``end`` back, in reverse order."""
+        day, ceiling = end.date(), (end.hour, end.minute)
+        for _ in range(_HORIZON_DAYS):
+            if self.matches_day(day):
+                for hour in reversed(self.hours):
+                    if hour > ceiling[0]:
+                        continue
+                    for minute in reversed(self.minutes):
+                        if (hour, minute) <= ceiling:
+                            yield datetime(day.year, day.month, day.day, hour, minute)
+            day, ceiling = day - timedelta(days=1), (23, 59)
+
+    def _instant(self, wall: datetime) -> float:
+        """When the zone's clock reads ``wall``: the first time if it reads it twice,
+        the change itself if the change to summer time skips it. Never decreases as
+        ``wall`` increases."""
+        first = wall.replace(tzinfo=self.zone, fold=0).timestamp()
+        if _wall_at(first, self.zone) == wall:
+            return first
+        # Skipped: the clock jumps over it between these two readings of it, made
+        # at the offsets after and before the change; find the change's minute.
+        before, after = wall.replace(tzinfo=self.zone, fold=1).timestamp(), first
+        while after - before > 60:
+            middle = before + (after - before) // 120 * 60
+            if _wall_at(middle, self.zone) > wall:
+                after = middle
+            else:
+                before = middle
+        return after
+
+    def _offsets_around(self, t: float) -> tuple[timedelta, timedelta]:
+        """The lowest and highest UTC offsets of the zone a day or two either side of t."""
+        span = _OFFSETS_AROUND.total_seconds()
+        offsets = [
+            datetime.fromtimestamp(moment, self.zone).utcoffset() or timedelta(0)
+            for moment in (t - span, t, t + span)
+        ]
+        return min(offsets) - _MINUTE, max(offsets) + _MINUTE
+
+
+def parse(expression: str, timezone: str | None = None) -> Cron:
+    """Parse a cron expression, read in UTC or in ``timezone`` (an IANA name such as
+    ``Europe/Paris``); :class:`CronError` (a ValueError) says what is wrong."""
     if not isinstance(expression, str):
         raise CronError(f"a cron expression is a string (got {expression!r})")
+    zone = UTC if timezone is None else _zone(timezone)
     text = MACROS.get(expression.strip().lower(), expression)
     fields = text.split()
     if len(fields) != 5:
@@ -120,6 +197,8 @@ def parse(expression: str) -> Cron:
         weekdays=frozenset(d % 7 for d in weekdays),
         any_day=fields[2].startswith("*"),
         any_weekday=fields[4].startswith("*"),
+        zone=zone,
+        timezone=timezone,
     )
     cron.next_after(0.0)  # "0 0 30 2 *" parses but never runs: say so now
     return cron
@@ -156,36 +235,23 @@ def _number(text: str, name: str, expr: str, names: dict[str, int] | None) -> in
     return int(text)
 
 
+def _zone(name: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name.strip():
+        raise CronError(f"a time zone is a name such as 'Europe/Paris' (got {name!r})")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        message = f"unknown time zone {name!r} (an IANA name such as 'Europe/Paris')"
+        raise CronError(message) from exc
+
+
 def _minute_floor(t: float) -> datetime:
     return datetime.fromtimestamp(t // 60 * 60, UTC)
 
 
-def _at(day: date, hour: int, minute: int) -> float:
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC).timestamp()
-
-
-def _first_at_or_after(
-    hours: tuple[int, ...], minutes: tuple[int, ...], floor: tuple[int, int]
-) -> tuple[int, int] | None:
-    for hour in hours:
-        if hour < floor[0]:
-            continue
-        for minute in minutes:
-            if (hour, minute) >= floor:
-                return hour, minute
-    return None
-
-
-def _last_at_or_before(
-    hours: tuple[int, ...], minutes: tuple[int, ...], ceiling: tuple[int, int]
-) -> tuple[int, int] | None:
-    for hour in reversed(hours):
-        if hour > ceiling[0]:
-            continue
-        for minute in reversed(minutes):
-            if (hour, minute) <= ceiling:
-                return hour, minute
-    return None
+def _wall_at(t: float, zone: tzinfo) -> datetime:
+    """What the zone's clock reads at ``t``, without the zone (naive)."""
+    return datetime.fromtimestamp(t, zone).replace(tzinfo=None, fold=0)
 
 
 def _iso(t: float) -> str:

@@ -1,6 +1,7 @@
 """Periodic tasks: schedules, and which ticks to enqueue. Pure rules, no I/O.
 
-A schedule is a cron expression (``ferryq.cron``, UTC) or a fixed interval in
+A schedule is a cron expression (``ferryq.cron``, UTC or a time zone's wall clock)
+or a fixed interval in
 seconds, counted from the Unix epoch so that every process computes the same ticks
 whenever it started. The leader enqueues one job per tick (see
 ``ferryq.worker.periodic``); ``due_ticks`` decides which ticks those are.
@@ -34,11 +35,15 @@ class Schedule:
     every: float | None = None
 
     @classmethod
-    def of(cls, cron: str | None = None, every: float | None = None) -> Schedule:
+    def of(
+        cls, cron: str | None = None, every: float | None = None, timezone: str | None = None
+    ) -> Schedule:
         if (cron is None) == (every is None):
             raise ValueError("a periodic task needs cron= or every=, not both")
         if cron is not None:
-            return cls(cron=cron_module.parse(cron))
+            return cls(cron=cron_module.parse(cron, timezone))
+        if timezone is not None:
+            raise ValueError("timezone= goes with cron=: an interval counts seconds")
         if (
             isinstance(every, bool)
             or not isinstance(every, int | float)
@@ -50,8 +55,11 @@ class Schedule:
 
     @property
     def spec(self) -> str:
-        """The schedule as stored and shown: ``cron */5 * * * *`` or ``every 30 s``."""
+        """The schedule as stored and shown: ``cron */5 * * * *``, ``cron 0 9 * * *
+        (Europe/Paris)`` or ``every 30 s``."""
         if self.cron is not None:
+            if self.cron.timezone is not None:
+                return f"cron {self.cron.expression} ({self.cron.timezone})"
             return f"cron {self.cron.expression}"
         return f"every {self.every:g} s"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -89,7 +90,37 @@ def test_registration(backend_url: str, clock: FrozenClock) -> None:
         app.periodic(cron="x * * * *")
     with pytest.raises(ValueError, match="catch_up"):
         app.periodic(every=60, catch_up=-1)
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        app.periodic(cron="0 9 * * *", timezone="Mars/Olympus")
+    with pytest.raises(ValueError, match="timezone= goes with cron="):
+        app.periodic(every=60, timezone="Europe/Paris")
     app.close()
+
+
+async def test_a_cron_in_a_time_zone_runs_once_when_summer_time_skips_its_hour(
+    backend_url: str,
+) -> None:
+    # Paris, 29 March 2026: at 01:00 UTC the clock goes from 02:00 to 03:00.
+    clock = FrozenClock(datetime(2026, 3, 28, 23, 0, tzinfo=UTC).timestamp())
+    app = ferryq.App(backend_url, clock=clock)
+    try:
+        app.periodic(cron="30 2 * * *", timezone="Europe/Paris", name=TASK)(_noop)
+        loop = await loop_of(app, "w1")
+        made: list[int] = []
+        for _ in range(6 * 4):  # through the night, a quarter of an hour at a time
+            made += await loop.once()
+            clock.advance(15 * MINUTE)
+        (job,) = [await app.get_job_async(job_id) for job_id in made]
+        change = datetime(2026, 3, 29, 1, 0, tzinfo=UTC).timestamp()
+        assert job.meta["periodic"] == {
+            "tick": change,
+            "schedule": "cron 30 2 * * * (Europe/Paris)",
+        }
+        (state,) = (await app.stats_async()).periodic
+        assert state.next_tick == datetime(2026, 3, 30, 0, 30, tzinfo=UTC).timestamp()
+    finally:
+        await app.aclose()
+        app.close()
 
 
 async def test_one_job_per_tick_as_time_passes(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import assume, given, settings
@@ -182,3 +184,108 @@ def test_next_and_previous_agree_with_a_minute_by_minute_reference(
     before = parsed.previous_before(t)
     assert before < t and _reference_next(fields, before - 1) == before
     assert _reference_next(fields, before) >= t  # nothing between it and t
+
+
+# -- in a time zone ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "timezone", "after", "expected"),
+    [
+        ("0 9 * * *", "Europe/Paris", "2026-11-24 10:00", "2026-11-25 08:00"),  # CET, +1
+        ("0 9 * * *", "Europe/Paris", "2026-06-01 10:00", "2026-06-02 07:00"),  # CEST, +2
+        ("0 9 * * mon", "America/New_York", "2026-11-24 00:00", "2026-11-30 14:00"),
+        ("30 8 * * *", "Asia/Kolkata", "2026-11-24 00:00", "2026-11-24 03:00"),  # +5:30
+        # The change to summer time (Paris, 29 March 2026, 01:00 UTC: 02:00 -> 03:00): a
+        # skipped time runs once, at the change; the day after, at its own time again.
+        ("30 2 * * *", "Europe/Paris", "2026-03-28 12:00", "2026-03-29 01:00"),
+        ("30 2 * * *", "Europe/Paris", "2026-03-29 01:00", "2026-03-30 00:30"),
+        ("*/30 * * * *", "Europe/Paris", "2026-03-29 00:30", "2026-03-29 01:00"),
+        ("*/30 * * * *", "Europe/Paris", "2026-03-29 01:00", "2026-03-29 01:30"),
+        # The change back (25 October 2026, 01:00 UTC: 03:00 -> 02:00): a repeated
+        # time runs once, the first time; the repeated half hour runs nothing again.
+        ("30 2 * * *", "Europe/Paris", "2026-10-24 12:00", "2026-10-25 00:30"),
+        ("30 2 * * *", "Europe/Paris", "2026-10-25 00:30", "2026-10-26 01:30"),
+        ("*/30 * * * *", "Europe/Paris", "2026-10-25 00:30", "2026-10-25 02:00"),
+        # A half-hour change back (Lord Howe Island, 4 April 2026, 15:00 UTC: 02:00
+        # at +11 -> 01:30 at +10:30): 01:45 runs at its first reading only.
+        ("45 1 * * *", "Australia/Lord_Howe", "2026-04-04 12:00", "2026-04-04 14:45"),
+        ("45 1 * * *", "Australia/Lord_Howe", "2026-04-04 14:45", "2026-04-05 15:15"),
+        # Samoa skipped 30 December 2011 whole: its noon ran at the change, midnight.
+        ("0 12 * * *", "Pacific/Apia", "2011-12-29 22:00", "2011-12-30 10:00"),
+        ("0 12 * * *", "Pacific/Apia", "2011-12-30 10:00", "2011-12-30 22:00"),
+    ],
+)
+def test_ticks_in_a_time_zone(expression: str, timezone: str, after: str, expected: str) -> None:
+    parsed = cron.parse(expression, timezone)
+    assert show(parsed.next_after(at(after))) == show(at(expected))
+    assert show(parsed.previous_before(at(expected) + 1)) == show(at(expected))
+
+
+def test_a_time_zone_is_an_iana_name() -> None:
+    for bad in ("Mars/Olympus", "", "../etc/passwd", 5):
+        with pytest.raises(CronError, match="time zone"):
+            cron.parse("* * * * *", bad)  # type: ignore[arg-type]
+    assert cron.parse("* * * * *", "UTC").timezone == "UTC"
+    assert cron.parse("* * * * *").timezone is None
+
+
+_ZONES = ("Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham",
+          "America/Santiago", "Asia/Kolkata")  # fmt: skip
+
+
+@functools.cache
+def _changes(timezone: str) -> list[float]:
+    """The moments in 2026 when the zone's clock changes its offset (to the hour)."""
+    zone = ZoneInfo(timezone)
+    start = at("2026-01-01 00:00")
+    offsets = [datetime.fromtimestamp(start + h * 3600, zone).utcoffset() for h in range(8760)]
+    found = [start + h * 3600 for h in range(1, 8760) if offsets[h] != offsets[h - 1]]
+    return found or [start]
+
+
+def _wall_matches(fields: list[str], wall: datetime) -> bool:
+    return (
+        _day_matches(fields, wall.date())
+        and _allows(fields[1], wall.hour, 0, 23)
+        and _allows(fields[0], wall.minute, 0, 59)
+    )
+
+
+def _reference_next_in(timezone: str, fields: list[str], t: float) -> float:
+    """Minute by minute in UTC: a minute ticks if the zone's clock, read for the first
+    time, matches there, or jumped there over a matching time."""
+    zone = ZoneInfo(timezone)
+    moment = (t // 60 + 1) * 60
+    previous = datetime.fromtimestamp(moment - 60, zone).replace(tzinfo=None, fold=0)
+    for _ in range(3 * 1440):
+        reading = datetime.fromtimestamp(moment, zone)
+        wall = reading.replace(tzinfo=None, fold=0)
+        if reading.fold == 0:  # not the second reading of a repeated time
+            skipped = previous + timedelta(minutes=1)
+            while skipped < wall and not _wall_matches(fields, skipped):
+                skipped += timedelta(minutes=1)
+            if skipped < wall or _wall_matches(fields, wall):
+                return moment
+        previous = wall
+        moment += 60
+    raise AssertionError("no tick found")
+
+
+daily = st.tuples(_field("minute"), _field("hour")).map(lambda f: f"{f[0]} {f[1]} * * *")
+
+
+@settings(max_examples=300, deadline=None)
+@given(daily, st.sampled_from(_ZONES), st.data())
+def test_zone_ticks_agree_with_a_minute_by_minute_reference(
+    expression: str, timezone: str, data: st.DataObject
+) -> None:
+    change = data.draw(st.sampled_from(_changes(timezone)))
+    t = data.draw(st.floats(change - 36 * 3600, change + 36 * 3600))
+    parsed = cron.parse(expression, timezone)
+    fields = expression.split()
+    expected = _reference_next_in(timezone, fields, t)
+    assert parsed.next_after(t) == expected, show(expected)
+    before = parsed.previous_before(t)
+    assert before < t and _reference_next_in(timezone, fields, before - 1) == before
+    assert _reference_next_in(timezone, fields, before) >= t  # nothing between it and t

@@ -21,6 +21,10 @@ def test_a_schedule_is_cron_or_every_not_both() -> None:
     with pytest.raises(ValueError, match="5 fields"):
         Schedule.of(cron="* *")
     assert Schedule.of(cron="*/5 * * * *").spec == "cron */5 * * * *"
+    paris = Schedule.of(cron="0 9 * * *", timezone="Europe/Paris")
+    assert paris.spec == "cron 0 9 * * * (Europe/Paris)"
+    with pytest.raises(ValueError, match="timezone= goes with cron="):
+        Schedule.of(every=30, timezone="Europe/Paris")
     assert Schedule.of(every=30).spec == "every 30 s"
     assert Schedule.of(every=1.5).spec == "every 1.5 s"
 
