@@ -29,6 +29,10 @@ from ferryq.store.base import Token
               help="Admin port (0: any free port).")  # fmt: skip
 @click.option("--admin-credential", envvar="FERRYQ_ADMIN_CREDENTIAL", metavar="USER:PASSWORD",
               help="Basic auth for the admin API; required off loopback.")  # fmt: skip
+@click.option("--session-secret", envvar="FERRYQ_SESSION_SECRET", metavar="SECRET",
+              help="Sign dashboard sessions with this (32+ characters): they then "
+              "survive restarts and work on every server sharing it [default: a key "
+              "per start].")  # fmt: skip
 @click.pass_context
 def server(
     ctx: click.Context,
@@ -38,10 +42,12 @@ def server(
     admin_host: str,
     admin_port: int,
     admin_credential: str | None,
+    session_secret: str | None,
 ) -> None:
     """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
     url = server_url or get_app(ctx).url
-    config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential or None)
+    config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential or None,
+                          session_secret or None)  # fmt: skip
     try:
         config.check()
     except ConfigurationError as exc:

@@ -18,9 +18,11 @@ if TYPE_CHECKING:
 __all__ = ["build_dashboard"]
 
 
-def build_dashboard(engine: Engine, credential: str | None, base: str = "/ui") -> Starlette:
+def build_dashboard(
+    engine: Engine, credential: str | None, base: str = "/ui", session_secret: str | None = None
+) -> Starlette:
     """The dashboard app, to be mounted at ``base`` on the API port."""
     # Imported here: the routes use ferryq.server, whose app imports this package.
     from ferryq.dashboard.routes import build_dashboard as build
 
-    return build(engine, credential, base)
+    return build(engine, credential, base, session_secret)

@@ -5,12 +5,14 @@ Two kinds of people sign in. The operator, with the server's admin credential
 credential there is no admin sign-in at all. Anyone holding a namespace token (the
 lmstfy API's) sees that namespace only, for as long as the token exists.
 
-A session is a cookie holding who signed in, until when, and a random CSRF value,
-signed with HMAC-SHA256 under a key made when the server starts (so a restart signs
-everyone out). It is ``HttpOnly`` and ``SameSite=Strict``, scoped to the dashboard's
-path, and never holds a token: only the token's digest, looked up again on use, so a
-revoked token's sessions end within seconds. Every form that changes something carries
-the session's CSRF value, compared in constant time.
+A session is a cookie holding who signed in, until when, and a random CSRF value, signed
+with HMAC-SHA256 under a key made when the server starts (so a restart signs everyone
+out), or derived from a session secret the servers share (``--session-secret``), with
+the admin credential, so that sessions outlive restarts and work on every server with
+that secret, and end when either changes. It is ``HttpOnly`` and ``SameSite=Strict``,
+scoped to the dashboard's path, and never holds a token: only the token's digest, looked
+up again on use, so a revoked token's sessions end within seconds. Every form that
+changes something carries the session's CSRF value, compared in constant time.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ferryq.errors import ConfigurationError
 from ferryq.store.base import Store, Token
 
 COOKIE = "ferryq_session"
 LOGIN_COOKIE = "ferryq_login"  # the sign-in form's CSRF value, before any session
 SESSION_SECONDS = 12 * 3600
+MIN_SECRET_LENGTH = 32
 TOKEN_RECHECK_SECONDS = 2.0
 
 Role = Literal["admin", "token"]
@@ -62,11 +66,11 @@ class Sessions:
         store: Callable[[], Store],
         credential: str | None,
         *,
-        key: bytes | None = None,
+        secret: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._key = key or secrets.token_bytes(32)
+        self._key = secrets.token_bytes(32) if secret is None else session_key(secret, credential)
         self._clock = clock
         self.admin_enabled = credential is not None
         user, _, password = (credential or "").partition(":")
@@ -144,6 +148,17 @@ def csrf_ok(expected: str, given: str | None) -> bool:
 
 def new_csrf() -> str:
     return secrets.token_urlsafe(24)
+
+
+def session_key(secret: str, credential: str | None) -> bytes:
+    """The signing key of sessions under a shared ``secret``: it changes with the
+    admin credential too, so a new admin password ends the old admin sessions."""
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise ConfigurationError(
+            f"the session secret must be at least {MIN_SECRET_LENGTH} characters"
+        )
+    material = f"ferryq dashboard sessions\0{secret}\0{credential or ''}".encode()
+    return hashlib.sha256(material).digest()
 
 
 def _b64(data: bytes) -> str:

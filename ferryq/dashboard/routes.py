@@ -82,10 +82,13 @@ class Form:
 
 
 class Dashboard:
-    def __init__(self, engine: Engine, credential: str | None, base: str) -> None:
+    def __init__(
+        self, engine: Engine, credential: str | None, base: str, session_secret: str | None = None
+    ) -> None:
         self.engine = engine
         self.base = base
-        self.sessions = Sessions(lambda: engine.store, credential, clock=engine.now)
+        self.sessions = Sessions(lambda: engine.store, credential, secret=session_secret,
+                                 clock=engine.now)  # fmt: skip
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("ferryq.dashboard", "templates"),
             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -384,9 +387,11 @@ class Dashboard:
                             samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
 
 
-def build_dashboard(engine: Engine, credential: str | None, base: str = "/ui") -> Starlette:
+def build_dashboard(
+    engine: Engine, credential: str | None, base: str = "/ui", session_secret: str | None = None
+) -> Starlette:
     """The dashboard app, to be mounted at ``base`` on the API port."""
-    dashboard = Dashboard(engine, credential, base)
+    dashboard = Dashboard(engine, credential, base, session_secret)
     app = Starlette(routes=dashboard.routes(),
                     exception_handlers={HTTPException: dashboard.not_found})  # fmt: skip
     app.add_middleware(SecurityHeaders)

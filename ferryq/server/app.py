@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 import ferryq
 from ferryq.app import App
 from ferryq.dashboard import build_dashboard
+from ferryq.dashboard.auth import session_key
 from ferryq.errors import ConfigurationError
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
@@ -43,6 +44,7 @@ class ServerConfig:
     admin_host: str = "127.0.0.1"
     admin_port: int = 7778
     admin_credential: str | None = None  # "user:password"; None: no auth (loopback only)
+    session_secret: str | None = None  # signs dashboard sessions; None: a key per start
 
     def check(self) -> None:
         for name, port in (("port", self.port), ("admin port", self.admin_port)):
@@ -50,6 +52,8 @@ class ServerConfig:
                 raise ConfigurationError(f"{name} must be from 0 to 65535 (got {port})")
         if self.admin_credential is not None and ":" not in self.admin_credential:
             raise ConfigurationError("the admin credential must be USER:PASSWORD")
+        if self.session_secret is not None:
+            session_key(self.session_secret, self.admin_credential)  # long enough?
         if self.admin_credential is None and not _is_loopback(self.admin_host):
             raise ConfigurationError(
                 f"refusing to serve the admin API on {self.admin_host} without a credential: "
@@ -58,11 +62,14 @@ class ServerConfig:
             )
 
 
-def build_api(engine: Engine, admin_credential: str | None = None) -> ASGIApp:
+def build_api(
+    engine: Engine, admin_credential: str | None = None, session_secret: str | None = None
+) -> ASGIApp:
     """The API port: lmstfy routes, the native API, metrics, health and the dashboard.
 
     The dashboard lives under ``/ui`` (``/`` leads there); the admin credential lets
-    the operator sign in to it.
+    the operator sign in to it, and a session secret lets its sessions outlive a
+    restart and work on every server that shares the secret.
     """
     api = FastAPI(
         title="ferryq", version=ferryq.__version__, docs_url=None, redoc_url=None,
@@ -74,7 +81,8 @@ def build_api(engine: Engine, admin_credential: str | None = None) -> ASGIApp:
     api.router.routes.append(Route("/healthz", _healthz, methods=["GET"]))
     api.router.routes.append(Route("/metrics", metrics_endpoint(engine), methods=["GET"]))
     api.router.routes.append(Route("/", _to_dashboard, methods=["GET"]))
-    api.router.routes.append(Mount("/ui", build_dashboard(engine, admin_credential)))
+    dashboard = build_dashboard(engine, admin_credential, session_secret=session_secret)
+    api.router.routes.append(Mount("/ui", dashboard))
     return RequestIds(RequestMetrics(api, "api"))
 
 
@@ -111,7 +119,7 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
     engine = Engine(App(config.url))
     await engine.start()
     apps = [
-        build_api(engine, config.admin_credential),
+        build_api(engine, config.admin_credential, config.session_secret),
         build_admin(engine, config.admin_credential),
     ]
     servers = [

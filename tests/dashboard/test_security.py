@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -12,7 +14,14 @@ from playwright.sync_api import Browser, Dialog, Page, expect
 
 from tests.dashboard.conftest import ADMIN, Dash, browser_page, sign_in_token, signed_in_client
 from tests.dashboard.story import OTHER_NAMESPACE, SCRIPT
-from tests.server.harness import running_server, wait_until
+from tests.server.harness import (
+    ROOT,
+    ServerProcess,
+    running_server,
+    server_command,
+    server_env,
+    wait_until,
+)
 
 # What does not depend on the backend runs on SQLite only, to keep the suite quick.
 SQLITE_ONLY = pytest.mark.parametrize("dash", ["sqlite"], indirect=True)
@@ -164,6 +173,38 @@ def test_without_an_admin_credential_only_tokens_sign_in(plain_server: str, dash
         signed = client.post("/ui/login", data={"csrf": _csrf(refused.text), "token": token})
         assert signed.status_code == 303
         assert "secret" in client.get("/ui/jobs").text
+
+
+@SQLITE_ONLY
+def test_servers_sharing_a_session_secret_share_sessions(tmp_path: Path, dash: Dash) -> None:
+    def server(secret: str | None) -> AbstractContextManager[ServerProcess]:
+        return running_server(dash.story.url, tmp_path, credential=f"{ADMIN[0]}:{ADMIN[1]}",
+                              session_secret_env=secret)  # fmt: skip
+
+    secret = "a-session-secret-of-32-characters!"
+    with server(secret) as first, httpx.Client(base_url=first.api, timeout=30) as client:
+        form = client.get("/ui/login").text
+        signed = client.post("/ui/login", data={"csrf": _csrf(form), "user": ADMIN[0],
+                                                "password": ADMIN[1]})  # fmt: skip
+        assert signed.status_code == 303
+        cookies = dict(client.cookies)
+    # The first server has stopped: its twin, or itself restarted, knows the session.
+    job = f"/ui/jobs/{dash.story.dead}"
+    with server(secret) as second, httpx.Client(base_url=second.api, cookies=cookies) as client:
+        assert "dead since" in client.get(job, timeout=30).text
+    with server(None) as other, httpx.Client(base_url=other.api, cookies=cookies) as client:
+        refused = client.get(job, timeout=30)
+        assert refused.status_code == 303 and "/ui/login" in refused.headers["location"]
+
+
+def test_a_short_session_secret_is_refused_at_start(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/refused.db"
+    done = subprocess.run(
+        [*server_command(url), "--session-secret", "too-short"], cwd=ROOT, env=server_env(),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "the session secret must be at least 32 characters" in done.stderr
 
 
 def _csrf(html: str) -> str:

@@ -15,6 +15,7 @@ from ferryq.dashboard import charts, views
 from ferryq.dashboard.auth import Sessions, Viewer
 from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.routes import Dashboard
+from ferryq.errors import ConfigurationError
 from ferryq.job import Job, State
 from ferryq.server.engine import Engine
 from ferryq.store.base import Store, Token
@@ -119,12 +120,30 @@ def test_sessions_are_signed_and_end_with_their_token() -> None:
     assert run(sessions.read(f"{body}x.{mac}")) is None
     other = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)  # another server's key
     assert run(other.read(cookie)) is None
-    later = Sessions(lambda: store, "admin:pw", key=b"k" * 32, clock=lambda: NOW + 13 * 3600)
+    later = Sessions(lambda: store, "admin:pw", clock=lambda: NOW + 13 * 3600)
     assert run(later.read(later.sign(viewer))) is None  # expired
 
     without_admin = Sessions(lambda: store, None, clock=lambda: NOW)
     assert without_admin.admin("", "") is None
     assert run(without_admin.read(without_admin.sign(admin))) is None
+
+
+def test_servers_sharing_a_session_secret_read_each_others_sessions() -> None:
+    store: Store = _Tokens(Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW))  # type: ignore[assignment]
+    secret = "s" * 32
+
+    def server(secret: str | None = secret, credential: str = "admin:pw") -> Sessions:
+        return Sessions(lambda: store, credential, secret=secret, clock=lambda: NOW)
+
+    admin = server().admin("admin", "pw")
+    assert admin is not None
+    cookie = server().sign(admin)
+    assert run(server().read(cookie)) == admin  # another server, or the same restarted
+    assert run(server(secret="t" * 32).read(cookie)) is None
+    assert run(server(secret=None).read(cookie)) is None
+    assert run(server(credential="admin:new-pw").read(cookie)) is None  # password changed
+    with pytest.raises(ConfigurationError, match="at least 32 characters"):
+        server(secret="short")
 
 
 def test_a_first_overview_is_waited_for_briefly_then_counted_in_the_background(

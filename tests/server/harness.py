@@ -41,6 +41,7 @@ START_SECONDS = 30.0  # from exec to the listening line
 STOP_SECONDS = 15.0  # from SIGTERM to exit
 HTTP_TIMEOUT = 15.0  # longer than any blocking consume the tests make (10 s at most)
 CREDENTIAL_ENV = "FERRYQ_ADMIN_CREDENTIAL"
+SESSION_SECRET_ENV = "FERRYQ_SESSION_SECRET"
 
 JOB_KEYS = frozenset(
     {"namespace", "queue", "job_id", "data", "ttl", "elapsed_ms", "remain_tries", "attributes"}
@@ -69,11 +70,16 @@ def server_command(
     return argv
 
 
-def server_env(credential_env: str | None = None) -> dict[str, str]:
-    """The environment of the test run, without an admin credential unless one is given."""
-    env = {key: value for key, value in os.environ.items() if key != CREDENTIAL_ENV}
-    if credential_env is not None:
-        env[CREDENTIAL_ENV] = credential_env
+def server_env(
+    credential_env: str | None = None, session_secret_env: str | None = None
+) -> dict[str, str]:
+    """The environment of the test run, without an admin credential or a session
+    secret unless one is given."""
+    unset = (CREDENTIAL_ENV, SESSION_SECRET_ENV)
+    env = {key: value for key, value in os.environ.items() if key not in unset}
+    for name, value in ((CREDENTIAL_ENV, credential_env), (SESSION_SECRET_ENV, session_secret_env)):
+        if value is not None:
+            env[name] = value
     return env
 
 
@@ -138,6 +144,7 @@ def start_server(
     *,
     credential: str | None = None,
     credential_env: str | None = None,
+    session_secret_env: str | None = None,
 ) -> ServerProcess:
     """Start the server and wait (at most START_SECONDS) for its listening line."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +152,7 @@ def start_server(
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(
             server_command(url, credential=credential),
-            cwd=ROOT, env=server_env(credential_env), stdin=subprocess.DEVNULL,
+            cwd=ROOT, env=server_env(credential_env, session_secret_env), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=stderr,
         )  # fmt: skip
     assert process.stdout is not None
@@ -228,10 +235,16 @@ def _read(path: Path) -> str:
 
 @contextmanager
 def running_server(
-    url: str, log_dir: Path, *, credential: str | None = None, credential_env: str | None = None
+    url: str,
+    log_dir: Path,
+    *,
+    credential: str | None = None,
+    credential_env: str | None = None,
+    session_secret_env: str | None = None,
 ) -> Iterator[ServerProcess]:
     """A server for the duration of the block; it must exit 0 on SIGTERM afterwards."""
-    server = start_server(url, log_dir, credential=credential, credential_env=credential_env)
+    server = start_server(url, log_dir, credential=credential, credential_env=credential_env,
+                          session_secret_env=session_secret_env)  # fmt: skip
     try:
         yield server
     finally:
