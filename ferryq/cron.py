@@ -20,7 +20,7 @@ that day; every skipped tick of ``*/10 * * * *`` becomes that one); a time the
 change back repeats runs once, the first time.
 
 Pure functions, no I/O (but the zone's rules, read once). Ticks are Unix seconds on
-whole minutes.
+whole minutes (but for the rare change of an old offset of odd seconds).
 """
 
 from __future__ import annotations
@@ -153,10 +153,11 @@ class Cron:
         if _wall_at(first, self.zone) == wall:
             return first
         # Skipped: the clock jumps over it between these two readings of it, made
-        # at the offsets after and before the change; find the change's minute.
+        # at the offsets after and before the change; find the change's second (a
+        # whole minute but for old offsets such as Monrovia's -0:44:30).
         before, after = wall.replace(tzinfo=self.zone, fold=1).timestamp(), first
-        while after - before > 60:
-            middle = before + (after - before) // 120 * 60
+        while after - before > 1:
+            middle = float((before + after) // 2)
             if _wall_at(middle, self.zone) > wall:
                 after = middle
             else:

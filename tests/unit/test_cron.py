@@ -222,6 +222,14 @@ def test_ticks_in_a_time_zone(expression: str, timezone: str, after: str, expect
     assert show(parsed.previous_before(at(expected) + 1)) == show(at(expected))
 
 
+def test_a_skipped_time_runs_at_a_change_that_is_not_on_a_whole_minute() -> None:
+    # Monrovia, 7 January 1972: from -0:44:30 to UTC, the clock went from 00:00 to 00:44:30.
+    parsed = cron.parse("30 0 7 1 *", "Africa/Monrovia")
+    change = at("1972-01-07 00:44:30")
+    assert parsed.next_after(at("1972-01-06 00:00")) == change
+    assert parsed.previous_before(change + 1) == change
+
+
 def test_a_time_zone_is_an_iana_name() -> None:
     for bad in ("Mars/Olympus", "", "../etc/passwd", 5):
         with pytest.raises(CronError, match="time zone"):
