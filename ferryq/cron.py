@@ -14,10 +14,11 @@ both must (so ``0 0 13 * 5`` runs on every 13th and every Friday, while
 ``0 0 */2 * 1`` runs on odd days that are Mondays).
 
 In a time zone (``parse(expression, "Europe/Paris")``) the fields are read on the
-zone's wall clock, as cronie does across daylight-saving changes: a time the
-change to summer time skips runs once, at the change (``30 2 * * *`` runs at 03:00
-that day; every skipped tick of ``*/10 * * * *`` becomes that one); a time the
-change back repeats runs once, the first time.
+zone's wall clock, and each wall time that matches runs once across daylight-saving
+changes: a time the change to summer time skips runs at the change (``30 2 * * *``
+runs at 03:00 that day; every skipped tick of ``*/10 * * * *`` becomes that one), a
+time the change back repeats runs the first time only. (cronie does the same for
+jobs at fixed times, but runs frequent jobs by the clock through both changes.)
 
 Pure functions, no I/O (but the zone's rules, read once). Ticks are Unix seconds on
 whole minutes (but for the rare change of an old offset of odd seconds).
@@ -49,13 +50,14 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("month", 1, 12, {name: i + 1 for i, name in enumerate(_MONTHS)}),
     ("day of week", 0, 7, {name: i for i, name in enumerate(_DAYS)}),
 )
-#: How far to look for the next or previous tick: covers a 29 February, a leap year
-#: skipped at a century included.
-_HORIZON_DAYS = 366 * 9
+#: How far to look for the next or previous tick: covers a 29 February that is a
+#: given weekday (``0 0 29 2 */7``: up to 40 years apart, a century's skipped leap year
+#: included).
+_HORIZON_DAYS = 366 * 41
 _MINUTE = timedelta(minutes=1)
-#: How far apart, at most, the UTC offsets a zone uses around one moment: a day
-#: either side covers any change of offset (the largest, Samoa's in 2011, was a day).
-_OFFSETS_AROUND = timedelta(days=2)
+#: How long after a change back the clock may still read times it read before: the
+#: longest change back on record is well under a day.
+_REPEATS_WITHIN = timedelta(days=1)
 
 
 class CronError(ValueError):
@@ -94,10 +96,10 @@ class Cron:
             if found is not None:
                 return found.replace(tzinfo=UTC).timestamp()
         else:
-            # Every wall time before the clock's reading at the zone's lowest offset
-            # around t falls at or before t; the first later one falling after t is it.
-            low, _ = self._offsets_around(t)
-            start = _minute_floor(t + low.total_seconds()).replace(tzinfo=None)
+            # Every wall time before the clock's reading at t falls at or before t (a
+            # skipped one at a change before t, a repeated one at its first reading);
+            # the first later one falling after t is it.
+            start = _minute_floor(t + self._offset(t)).replace(tzinfo=None) - _MINUTE
             for wall in self._walls_from(start):
                 if (tick := self._instant(wall)) > t:
                     return tick
@@ -111,9 +113,12 @@ class Cron:
             found = next(self._walls_back(end.replace(tzinfo=None)), None)
             if found is not None:
                 return found.replace(tzinfo=UTC).timestamp()
-        else:  # the same, from the reading at the highest offset back
-            _, high = self._offsets_around(t)
-            end = _minute_floor(t + high.total_seconds()).replace(tzinfo=None)
+        else:
+            # The same, backwards, from the latest time the clock read up to t: just
+            # after a change back it reads times again that it read later before.
+            span = _REPEATS_WITHIN.total_seconds()
+            offset = max(self._offset(t), self._offset(t - span))
+            end = _minute_floor(t + offset).replace(tzinfo=None) + _MINUTE
             for wall in self._walls_back(end):
                 if (tick := self._instant(wall)) < t:
                     return tick
@@ -164,14 +169,9 @@ class Cron:
                 before = middle
         return after
 
-    def _offsets_around(self, t: float) -> tuple[timedelta, timedelta]:
-        """The lowest and highest UTC offsets of the zone a day or two either side of t."""
-        span = _OFFSETS_AROUND.total_seconds()
-        offsets = [
-            datetime.fromtimestamp(moment, self.zone).utcoffset() or timedelta(0)
-            for moment in (t - span, t, t + span)
-        ]
-        return min(offsets) - _MINUTE, max(offsets) + _MINUTE
+    def _offset(self, t: float) -> float:
+        """The zone's UTC offset at ``t``, in seconds."""
+        return (datetime.fromtimestamp(t, self.zone).utcoffset() or timedelta(0)).total_seconds()
 
 
 def parse(expression: str, timezone: str | None = None) -> Cron:
