@@ -46,8 +46,12 @@ def server(
 ) -> None:
     """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
     url = server_url or get_app(ctx).url
+    # An empty secret is refused by check(), not ignored: a secret that failed to
+    # reach the environment would otherwise pass unseen (click drops empty variables).
+    if session_secret is None and os.environ.get("FERRYQ_SESSION_SECRET") == "":
+        session_secret = ""
     config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential or None,
-                          session_secret or None)  # fmt: skip
+                          session_secret)  # fmt: skip
     try:
         config.check()
     except ConfigurationError as exc:

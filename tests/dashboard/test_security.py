@@ -197,12 +197,14 @@ def test_servers_sharing_a_session_secret_share_sessions(tmp_path: Path, dash: D
         assert refused.status_code == 303 and "/ui/login" in refused.headers["location"]
 
 
-def test_a_short_session_secret_is_refused_at_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("option", "variable"), [("too-short", None), (None, "")])
+def test_a_short_or_empty_session_secret_is_refused_at_start(
+    tmp_path: Path, option: str | None, variable: str | None
+) -> None:
     url = f"sqlite:///{tmp_path}/refused.db"
-    done = subprocess.run(
-        [*server_command(url), "--session-secret", "too-short"], cwd=ROOT, env=server_env(),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    argv = server_command(url) + ([] if option is None else ["--session-secret", option])
+    done = subprocess.run(argv, cwd=ROOT, env=server_env(session_secret_env=variable),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode != 0
     assert "the session secret must be at least 32 characters" in done.stderr
 
