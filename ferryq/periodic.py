@@ -1,9 +1,8 @@
 """Periodic tasks: schedules, and which ticks to enqueue. Pure rules, no I/O.
 
 A schedule is a cron expression (``ferryq.cron``, UTC or a time zone's wall clock)
-or a fixed interval in
-seconds, counted from the Unix epoch so that every process computes the same ticks
-whenever it started. The leader enqueues one job per tick (see
+or a fixed interval in seconds, counted from the Unix epoch so that every process
+computes the same ticks whenever it started. The leader enqueues one job per tick (see
 ``ferryq.worker.periodic``); ``due_ticks`` decides which ticks those are.
 """
 
