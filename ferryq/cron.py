@@ -77,7 +77,6 @@ class Cron:
     any_day: bool  # the day-of-month field starts with '*'
     any_weekday: bool  # the day-of-week field starts with '*'
     zone: tzinfo = UTC  # whose wall clock the fields read
-    timezone: str | None = None  # the zone's name, None for UTC
 
     def matches_day(self, day: date) -> bool:
         if day.month not in self.months:
@@ -88,40 +87,31 @@ class Cron:
             return by_date and by_weekday
         return by_date or by_weekday  # Vixie cron: either restricted field may match
 
+    @property
+    def timezone(self) -> str | None:
+        """The zone's name, None for UTC."""
+        return self.zone.key if isinstance(self.zone, ZoneInfo) else None
+
     def next_after(self, t: float) -> float:
         """The first tick strictly after ``t``."""
-        if self.zone is UTC:
-            wall = _minute_floor(t) + _MINUTE
-            found = next(self._walls_from(wall.replace(tzinfo=None)), None)
-            if found is not None:
-                return found.replace(tzinfo=UTC).timestamp()
-        else:
-            # Every wall time before the clock's reading at t falls at or before t (a
-            # skipped one at a change before t, a repeated one at its first reading);
-            # the first later one falling after t is it.
-            start = _minute_floor(t + self._offset(t)).replace(tzinfo=None) - _MINUTE
-            for wall in self._walls_from(start):
-                if (tick := self._instant(wall)) > t:
-                    return tick
+        # Every wall time before the clock's reading at t falls at or before t (a
+        # skipped one at a change before t, a repeated one at its first reading); the
+        # first later one falling after t is it.
+        start = _minute_floor(t + self._offset(t)).replace(tzinfo=None) - _MINUTE
+        for wall in self._walls_from(start):
+            if (tick := self._instant(wall)) > t:
+                return tick
         raise CronError(f"{self.expression!r} has no tick after {_iso(t)}")
 
     def previous_before(self, t: float) -> float:
         """The last tick strictly before ``t``."""
-        if self.zone is UTC:
-            floor = _minute_floor(t)
-            end = floor - _MINUTE if floor.timestamp() == t else floor
-            found = next(self._walls_back(end.replace(tzinfo=None)), None)
-            if found is not None:
-                return found.replace(tzinfo=UTC).timestamp()
-        else:
-            # The same, backwards, from the latest time the clock read up to t: just
-            # after a change back it reads times again that it read later before.
-            span = _REPEATS_WITHIN.total_seconds()
-            offset = max(self._offset(t), self._offset(t - span))
-            end = _minute_floor(t + offset).replace(tzinfo=None) + _MINUTE
-            for wall in self._walls_back(end):
-                if (tick := self._instant(wall)) < t:
-                    return tick
+        # The same, backwards, from the latest time the clock read up to t: just after
+        # a change back it reads times again that it read later before.
+        offset = max(self._offset(t), self._offset(t - _REPEATS_WITHIN.total_seconds()))
+        end = _minute_floor(t + offset).replace(tzinfo=None) + _MINUTE
+        for wall in self._walls_back(end):
+            if (tick := self._instant(wall)) < t:
+                return tick
         raise CronError(f"{self.expression!r} has no tick before {_iso(t)}")
 
     def _walls_from(self, start: datetime) -> Iterator[datetime]:
@@ -199,7 +189,6 @@ def parse(expression: str, timezone: str | None = None) -> Cron:
         any_day=fields[2].startswith("*"),
         any_weekday=fields[4].startswith("*"),
         zone=zone,
-        timezone=timezone,
     )
     cron.next_after(0.0)  # "0 0 30 2 *" parses but never runs: say so now
     return cron
