@@ -150,13 +150,17 @@ def new_csrf() -> str:
     return secrets.token_urlsafe(24)
 
 
-def session_key(secret: str, credential: str | None) -> bytes:
-    """The signing key of sessions under a shared ``secret``: it changes with the
-    admin credential too, so a new admin password ends the old admin sessions."""
+def check_session_secret(secret: str) -> None:
     if len(secret) < MIN_SECRET_LENGTH:
         raise ConfigurationError(
             f"the session secret must be at least {MIN_SECRET_LENGTH} characters"
         )
+
+
+def session_key(secret: str, credential: str | None) -> bytes:
+    """The signing key of sessions under a shared ``secret``: it changes with the
+    admin credential too, so a new admin password ends the old admin sessions."""
+    check_session_secret(secret)
     material = f"ferryq dashboard sessions\0{secret}\0{credential or ''}".encode()
     return hashlib.sha256(material).digest()
 

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp
 import ferryq
 from ferryq.app import App
 from ferryq.dashboard import build_dashboard
-from ferryq.dashboard.auth import session_key
+from ferryq.dashboard.auth import check_session_secret
 from ferryq.errors import ConfigurationError
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
@@ -53,7 +53,7 @@ class ServerConfig:
         if self.admin_credential is not None and ":" not in self.admin_credential:
             raise ConfigurationError("the admin credential must be USER:PASSWORD")
         if self.session_secret is not None:
-            session_key(self.session_secret, self.admin_credential)  # long enough?
+            check_session_secret(self.session_secret)
         if self.admin_credential is None and not _is_loopback(self.admin_host):
             raise ConfigurationError(
                 f"refusing to serve the admin API on {self.admin_host} without a credential: "
