@@ -364,6 +364,11 @@ class Store(Protocol):
 
     async def history_prune(self, before: float, limit: int) -> int: ...
 
+    async def history_fold(self, now: float) -> int:
+        """Count a step of the history into the stored counts that ``job_counts``
+        reads, so that it need not read those rows again; return how many were
+        folded (0 once there is nothing to fold)."""
+
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool: ...
 
     async def leader_release(self, name: str, holder: str) -> None: ...

@@ -72,8 +72,29 @@ def load_migrations(package: str) -> list[tuple[int, str, str]]:
 
 
 def split_script(script: str) -> list[str]:
+    """The statements of a migration, split at semicolons, except those inside a
+    dollar-quoted body (PostgreSQL functions) or a trigger's BEGIN ... END."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece
+        if _is_whole(pending):
+            if pending.strip():
+                statements.append(pending.strip())
+            pending = ""
+        else:
+            pending += ";"
+    if pending.strip():
+        raise ValueError(f"unterminated statement in migration: {pending.strip()[:60]!r}")
+    return statements
+
+
+def _is_whole(statement: str) -> bool:
+    if statement.count("$$") % 2:
+        return False
+    trigger = re.match(r"\s*CREATE\s+TRIGGER\b.*\bBEGIN\b", statement, re.I | re.S)
+    return trigger is None or re.search(r"\bEND\s*$", statement, re.I) is not None
 
 
 def list_query(where: JobFilter) -> tuple[str, dict[str, Any]]:

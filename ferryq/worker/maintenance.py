@@ -26,6 +26,7 @@ class MaintenanceReport:
     promoted: int = 0
     recovered: int = 0
     expired: int = 0
+    folded: int = 0
     pruned_history: int = 0
     pruned_workers: int = 0
 
@@ -55,6 +56,7 @@ class Maintenance:
         report.promoted = await self.store.job_promote_due(now, self.batch)
         report.recovered = await self.recover_leases(now)
         report.expired = len(await self.store.job_expire(now, self.batch))
+        report.folded = await self.store.history_fold(now)
         if self._ticks % self.prune_every == 0:
             report.pruned_history = await self.store.history_prune(now - self.retention, self.batch)
             report.pruned_workers = await self.store.worker_prune(now - self.worker_dead_after)

@@ -11,6 +11,7 @@ from ferryq.errors import InvalidTransition, JobNotFound
 from ferryq.job import State
 from ferryq.store import Store, open_store
 from ferryq.store.base import Finish, FinishKind, JobFilter, WorkerInfo
+from ferryq.store.postgres.store import PostgresStore
 from tests.conformance.jobs import NS, claim_one, insert, new_job, succeed
 from tests.conftest import START
 
@@ -167,6 +168,61 @@ async def test_counts_cover_hot_and_history(store: Store) -> None:
         (NS, "mail", "succeeded"): 1,
     }
     assert await store.job_counts("nobody") == {}
+
+
+async def test_counts_stay_exact_as_the_history_is_folded(store: Store) -> None:
+    """job_counts reads folded history from stored counts (migration 0008): they follow
+    late finishes, respawns, purges and pruning of folded rows."""
+    day = 86400.0
+    if isinstance(store, PostgresStore):
+        await store.history_ensure_partitions(NOW)  # days around NOW get partitions
+
+    async def finish(kind: str, now: float, queue: str = "default") -> int:
+        job_id = await insert(store, now, queue=queue)
+        job = await claim_one(store, now, queue)
+        outcome = Finish(kind, job.id, job.fence, now, now, "null") if kind == "succeeded" else \
+            Finish(kind, job.id, job.fence, now, error={"message": "x"})  # fmt: skip
+        assert (await store.job_finish_many([outcome])).accepted == [job_id]
+        return job_id
+
+    async def counts_are(expected: dict[tuple[str, str], int]) -> None:
+        want = {(NS, queue, state): n for (queue, state), n in expected.items() if n}
+        assert await store.job_counts(NS) == want
+        assert await store.job_counts(None) == want
+        assert await store.job_counts("nobody") == {}
+
+    await finish("succeeded", NOW)
+    await finish("succeeded", NOW, queue="mail")
+    respawned = await finish("dead", NOW)
+    purged = await finish("dead", NOW)  # the last row of the history, for now
+    await insert(store, NOW, queue="idle")
+    counts = {("default", "succeeded"): 1, ("mail", "succeeded"): 1, ("default", "dead"): 2,
+              ("idle", "ready"): 1}  # fmt: skip
+    await counts_are(counts)
+
+    later = NOW + 3 * day
+    assert await store.history_fold(later) == 4
+    assert await store.history_fold(later) == 0
+    await counts_are(counts)
+
+    assert await store.job_respawn([respawned], later) == [respawned]
+    assert await store.job_purge([purged], later) == 1
+    counts[("default", "dead")] -= 2
+    counts[("default", "ready")] = 1
+    await counts_are(counts)
+
+    await finish("succeeded", NOW, queue="mail")  # late: a folded day (a clock far behind)
+    await finish("succeeded", later, queue="mail")
+    counts[("mail", "succeeded")] += 2
+    await counts_are(counts)
+
+    await store.history_fold(later + day)
+    await counts_are(counts)
+
+    assert await store.history_prune(NOW + day, 1000) == 3  # the three left of day NOW
+    counts[("default", "succeeded")] -= 1
+    counts[("mail", "succeeded")] -= 2
+    await counts_are(counts)
 
 
 async def test_list_filters_and_pages_newest_first(store: Store) -> None:

@@ -1,4 +1,5 @@
-"""Daily partitions of ferryq_history: created ahead of time, dropped past retention."""
+"""Daily partitions of ferryq_history: created ahead of time, counted once their day
+is over (folded), dropped past retention."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ferryq.store.postgres.queries import Q
 log = logging.getLogger("ferryq.store.postgres")
 DAY = 86400
 AHEAD = 3  # days of partitions that exist before they are needed
+FOLD_AFTER = 2  # a partition is folded once its day is this many days past
 _PREFIX = "ferryq_history_p"
+_DEFAULT = "ferryq_history_default"
 
 
 def name_of(day: int) -> str:
@@ -57,9 +60,10 @@ async def ensure(conn: Any, now: float) -> None:
 
 
 async def prune(conn: Any, before: float, limit: int) -> int:
-    """Drop whole partitions older than ``before``; trim the default partition."""
+    """Drop whole partitions older than ``before``, and their counts; trim the default
+    partition."""
     removed = 0
-    for (name,) in await conn.fetch(Q["history_partitions"].sql):
+    for name, _folded in await conn.fetch(Q["history_partitions"].sql):
         if (day_of(name) + 1) * DAY <= before:
             rows = await conn.fetchval(f"SELECT count(*) FROM {name}")
             # Detaching takes a brief lock on ferryq_history, once a day. (DETACH ...
@@ -67,8 +71,62 @@ async def prune(conn: Any, before: float, limit: int) -> int:
             async with conn.transaction():
                 await conn.execute(f"ALTER TABLE ferryq_history DETACH PARTITION {name}")
                 await conn.execute(f"DROP TABLE {name}")
+                await conn.execute(Q["history_counts_drop"].sql, day_of(name))
             log.info("dropped history partition %s (%d jobs)", name, rows)
             removed += int(rows)
     statement = Q["history_prune_default"]
     status = await conn.execute(statement.sql, *statement.args({"before": before, "limit": limit}))
     return removed + int(status.split()[-1])
+
+
+async def fold(conn: Any, now: float) -> int:
+    """Fold the oldest partition not folded yet whose day is FOLD_AFTER days past:
+    count it into ferryq_history_counts and give it the trigger that keeps those
+    counts, in one transaction (see migration 0008). Return its rows; an empty one
+    costs nothing to fold, so the next is folded too.
+
+    Creating the trigger locks the partition against writes until the commit, so the
+    count sees every row written before and the trigger every row written after.
+    Writes to a day that old are rare (a respawn, a purge, a worker whose clock is
+    far behind); they wait for the count.
+    """
+    last = math.floor(now / DAY) - FOLD_AFTER
+    for name, folded in await conn.fetch(Q["history_partitions"].sql):
+        day = day_of(name)
+        if folded or day > last:
+            continue
+        async with conn.transaction():
+            await conn.execute(
+                f"CREATE TRIGGER ferryq_history_counted AFTER INSERT OR DELETE ON {name} "
+                f"FOR EACH ROW EXECUTE FUNCTION ferryq_history_count('{day}')"
+            )
+            await conn.execute(Q["history_counts_drop"].sql, day)
+            await conn.execute(
+                "INSERT INTO ferryq_history_counts (day, namespace, queue, state, n) "
+                f"SELECT {day}, namespace, queue, state, count(*) FROM {name} "
+                "GROUP BY namespace, queue, state"
+            )
+            rows = await conn.fetchval(
+                "SELECT coalesce(sum(n), 0) FROM ferryq_history_counts WHERE day = $1", day
+            )
+        log.info("folded history partition %s (%d jobs)", name, rows)
+        if rows:
+            return int(rows)
+    return 0
+
+
+async def counts(conn: Any, namespace: str | None) -> list[Any]:
+    """Counts by (namespace, queue, state): the hot table, the folded days, and the
+    partitions not folded (the default one too) read whole. Run it in one snapshot
+    (REPEATABLE READ), so that a fold committing meanwhile is seen whole or not at
+    all."""
+    unfolded = [name for name, folded in await conn.fetch(Q["history_partitions"].sql)
+                if not folded]  # fmt: skip
+    statement = Q["job_counts"]
+    assert statement.names == ("namespace",)
+    sql = statement.sql.rstrip().rstrip(";") + "".join(
+        f" UNION ALL SELECT namespace, queue, state, count(*) FROM {name}"
+        " WHERE $1::text IS NULL OR namespace = $1 GROUP BY namespace, queue, state"
+        for name in [*unfolded, _DEFAULT]
+    )
+    return list(await conn.fetch(sql, namespace))

@@ -204,16 +204,29 @@ RETURNING id;
 DELETE FROM ferryq_history WHERE id = ANY(:ids::bigint[]) AND state = 'dead' RETURNING id;
 
 -- name: job_counts
-SELECT namespace, queue, state, count(*) FROM ferryq_jobs GROUP BY namespace, queue, state
+-- The hot jobs and the history's folded days (see migration 0008); the partitions
+-- not folded yet are counted apart (history_count_partition), in the same snapshot.
+SELECT namespace, queue, state, count(*) FROM ferryq_jobs
+WHERE :namespace::text IS NULL OR namespace = :namespace
+GROUP BY namespace, queue, state
 UNION ALL
-SELECT namespace, queue, state, count(*) FROM ferryq_history GROUP BY namespace, queue, state;
+SELECT namespace, queue, state, sum(n)::bigint FROM ferryq_history_counts
+WHERE :namespace::text IS NULL OR namespace = :namespace
+GROUP BY namespace, queue, state HAVING sum(n) > 0;
 
 -- name: history_partitions
--- Daily partitions are named ferryq_history_pYYYYMMDD.
-SELECT c.relname FROM pg_inherits i
+-- Daily partitions are named ferryq_history_pYYYYMMDD; a folded one has the trigger
+-- that keeps its counts.
+SELECT c.relname, EXISTS (SELECT FROM pg_trigger t
+                          WHERE t.tgrelid = c.oid AND t.tgname = 'ferryq_history_counted')
+FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
 JOIN pg_class p ON p.oid = i.inhparent
-WHERE p.relname = 'ferryq_history' AND c.relname LIKE 'ferryq\_history\_p%';
+WHERE p.relname = 'ferryq_history' AND c.relname LIKE 'ferryq\_history\_p%'
+ORDER BY c.relname;
+
+-- name: history_counts_drop
+DELETE FROM ferryq_history_counts WHERE day = :day;
 
 -- name: history_prune_default
 DELETE FROM ferryq_history_default

@@ -553,11 +553,13 @@ class PostgresStore(base.Store):
         return await self._session(listing, isolation="repeatable_read")
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
-        totals: dict[tuple[str, str, str], int] = {}
-        for ns, queue, state, n in await self._fetch("job_counts"):
-            if namespace is None or ns == namespace:
+        async def count(conn: Conn) -> dict[tuple[str, str, str], int]:
+            totals: dict[tuple[str, str, str], int] = {}
+            for ns, queue, state, n in await partitions.counts(conn, namespace):
                 totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
-        return totals
+            return totals
+
+        return await self._session(count, isolation="repeatable_read")
 
     # -- maintenance -------------------------------------------------------------
 
@@ -589,6 +591,9 @@ class PostgresStore(base.Store):
             return await partitions.prune(conn, before, limit)
 
         return await self._session(prune, transaction=False)
+
+    async def history_fold(self, now: float) -> int:
+        return await self._session(lambda conn: partitions.fold(conn, now), transaction=False)
 
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
         try:

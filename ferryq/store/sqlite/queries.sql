@@ -167,9 +167,38 @@ DELETE FROM ferryq_history WHERE id = :id;
 DELETE FROM ferryq_history WHERE id = :id AND state = 'dead';
 
 -- name: job_counts
-SELECT namespace, queue, state, count(*) FROM ferryq_jobs GROUP BY namespace, queue, state
+-- The hot jobs, the history folded into ferryq_history_counts, and the rows after
+-- the fold's mark (see migration 0008), in one read.
+SELECT namespace, queue, state, count(*) FROM ferryq_jobs
+WHERE :namespace IS NULL OR namespace = :namespace
+GROUP BY namespace, queue, state
 UNION ALL
-SELECT namespace, queue, state, count(*) FROM ferryq_history GROUP BY namespace, queue, state;
+SELECT namespace, queue, state, n FROM ferryq_history_counts
+WHERE n > 0 AND (:namespace IS NULL OR namespace = :namespace)
+UNION ALL
+SELECT namespace, queue, state, count(*) FROM ferryq_history
+WHERE hid > (SELECT hid FROM ferryq_history_folded)
+  AND (:namespace IS NULL OR namespace = :namespace)
+GROUP BY namespace, queue, state;
+
+-- name: history_fold
+-- The rows after the mark, up to :until, by namespace, queue and state.
+SELECT namespace, queue, state, count(*) FROM ferryq_history
+WHERE hid > (SELECT hid FROM ferryq_history_folded) AND hid <= :until
+GROUP BY namespace, queue, state;
+
+-- name: history_count_add
+INSERT INTO ferryq_history_counts (namespace, queue, state, n)
+VALUES (:namespace, :queue, :state, :n)
+ON CONFLICT (namespace, queue, state) DO UPDATE SET n = n + excluded.n;
+
+-- name: history_fold_mark
+UPDATE ferryq_history_folded SET hid = :until;
+
+-- name: history_fold_range
+-- The mark, and where a fold of at most :limit rows would end.
+SELECT f.hid, min(f.hid + :limit, coalesce((SELECT max(hid) FROM ferryq_history), 0))
+FROM ferryq_history_folded f;
 
 -- name: history_prune
 DELETE FROM ferryq_history

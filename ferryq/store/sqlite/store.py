@@ -53,6 +53,7 @@ T = TypeVar("T")
 #: The longest one attempt at the write lock waits in SQLite's busy handler; between
 #: attempts the store looks whether it is closing, when a write gives up the wait.
 LOCK_POLL = 0.5
+FOLD_ROWS = 50_000  # history rows counted per fold, at most (one short write)
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
 
@@ -340,9 +341,8 @@ class SQLiteStore(base.Store):
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
         def counts(conn: sqlite3.Connection) -> dict[tuple[str, str, str], int]:
             totals: dict[tuple[str, str, str], int] = {}
-            for ns, queue, state, n in conn.execute(Q["job_counts"]):
-                if namespace is None or ns == namespace:
-                    totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
+            for ns, queue, state, n in conn.execute(Q["job_counts"], {"namespace": namespace}):
+                totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
             return totals
 
         return await self._call(self._read, counts)
@@ -527,6 +527,21 @@ class SQLiteStore(base.Store):
             return conn.execute(Q["history_prune"], {"before": before, "limit": limit}).rowcount
 
         return await self._call(self._write, prune)
+
+    async def history_fold(self, now: float) -> int:
+        def fold(conn: sqlite3.Connection) -> int:
+            mark, until = conn.execute(Q["history_fold_range"], {"limit": FOLD_ROWS}).fetchone()
+            if until <= mark:
+                return 0
+            groups = conn.execute(Q["history_fold"], {"until": until}).fetchall()
+            conn.executemany(Q["history_count_add"], [
+                {"namespace": ns, "queue": queue, "state": state, "n": n}
+                for ns, queue, state, n in groups
+            ])  # fmt: skip
+            conn.execute(Q["history_fold_mark"], {"until": until})
+            return sum(n for *_, n in groups)
+
+        return await self._call(self._write, fold)
 
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
         def acquire(conn: sqlite3.Connection) -> bool:
