@@ -177,11 +177,11 @@ async def test_counts_stay_exact_as_the_history_is_folded(store: Store) -> None:
     if isinstance(store, PostgresStore):
         await store.history_ensure_partitions(NOW)  # days around NOW get partitions
 
-    async def finish(kind: str, now: float, queue: str = "default") -> int:
+    async def finish(kind: FinishKind, now: float, queue: str = "default") -> int:
         job_id = await insert(store, now, queue=queue)
         job = await claim_one(store, now, queue)
-        outcome = Finish(kind, job.id, job.fence, now, now, "null") if kind == "succeeded" else \
-            Finish(kind, job.id, job.fence, now, error={"message": "x"})  # fmt: skip
+        error = None if kind == "succeeded" else {"message": "x"}
+        outcome = Finish(kind, job.id, job.fence, now, now, "null", error)
         assert (await store.job_finish_many([outcome])).accepted == [job_id]
         return job_id
 

@@ -1,8 +1,10 @@
-"""The lane benchmark still runs end to end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes and of history counts still run end to end: tiny sizes,
+one round, figures not judged.
 
-It starts real worker processes on both backends and checks its own setup (the
-backlog lane is filled as described and left alone by the worker); the timings it
-prints mean nothing at these sizes, so none is asserted.
+The lane benchmark starts real worker processes on both backends and checks its own
+setup (the backlog lane is filled as described and left alone by the worker); the
+counts benchmark checks that the counts read whole and folded agree. The timings
+they print mean nothing at these sizes, so none is asserted.
 """
 
 from __future__ import annotations
@@ -29,3 +31,15 @@ def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> Non
         section = done.stdout.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
         for row in ("drain, jobs/s", "pickup p99, ms", "enqueue, batches of 100, jobs/s"):
             assert row in section, section
+
+
+def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
+    command = [sys.executable, "-m", "bench.history_counts", "--backend", "both",
+               "--rows", "3000", "--reads", "1"]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    for backend in ("sqlite", "postgres"):
+        assert f"{backend}: job_counts over 3,000 history rows: read whole" in done.stdout

@@ -10,6 +10,7 @@ import pytest
 
 import ferryq
 from ferryq.store.base import Finish
+from ferryq.store.postgres.store import PostgresStore
 from ferryq.testing import drain_async
 from ferryq.worker.maintenance import Maintenance
 from tests.conftest import FrozenClock
@@ -445,6 +446,29 @@ async def test_maintenance_recovers_expired_leases(app: ferryq.App, clock: Froze
     clock.advance(11)
     await maintenance.tick(clock.now)
     assert (await app.get_job_async(first.id)).state == "dead"
+
+
+async def test_maintenance_folds_the_history_counts(app: ferryq.App, clock: FrozenClock) -> None:
+    store = await app.store()
+    if isinstance(store, PostgresStore):
+        await store.history_ensure_partitions(clock.now)  # the frozen day gets a partition
+
+    @app.task(queue="mail")
+    async def send(n: int) -> int:
+        return n
+
+    for n in range(3):
+        await send.enqueue_async(n)
+    assert (await drain_async(app)).finished == 3
+    maintenance = Maintenance(store, "leader")
+    if isinstance(store, PostgresStore):  # a day's partition, an hour after the day
+        assert (await maintenance.tick(clock.now)).folded == 0
+        clock.advance(86400 + 3600)
+        assert (await maintenance.tick(clock.now)).folded == 3
+    else:  # what has finished (the drain's own maintenance may have been first)
+        await maintenance.tick(clock.now)
+    assert await store.history_fold(clock.now) == 0
+    assert await store.job_counts(app.namespace) == {(app.namespace, "mail", "succeeded"): 3}
 
 
 async def test_explain_says_when_no_worker_consumes_the_queue(app: ferryq.App) -> None:

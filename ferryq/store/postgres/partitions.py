@@ -15,7 +15,7 @@ from ferryq.store.postgres.queries import Q
 log = logging.getLogger("ferryq.store.postgres")
 DAY = 86400
 AHEAD = 3  # days of partitions that exist before they are needed
-FOLD_AFTER = 2  # a partition is folded once its day is this many days past
+FOLD_AFTER = 3600  # seconds after a partition's day ends before it is folded
 _PREFIX = "ferryq_history_p"
 _DEFAULT = "ferryq_history_default"
 
@@ -80,20 +80,19 @@ async def prune(conn: Any, before: float, limit: int) -> int:
 
 
 async def fold(conn: Any, now: float) -> int:
-    """Fold the oldest partition not folded yet whose day is FOLD_AFTER days past:
+    """Fold the oldest partition not folded yet whose day ended FOLD_AFTER ago:
     count it into ferryq_history_counts and give it the trigger that keeps those
     counts, in one transaction (see migration 0008). Return its rows; an empty one
     costs nothing to fold, so the next is folded too.
 
     Creating the trigger locks the partition against writes until the commit, so the
     count sees every row written before and the trigger every row written after.
-    Writes to a day that old are rare (a respawn, a purge, a worker whose clock is
-    far behind); they wait for the count.
+    Writes to a day that is over are rare (a respawn, a purge, a worker whose clock
+    is behind); they wait for the count.
     """
-    last = math.floor(now / DAY) - FOLD_AFTER
     for name, folded in await conn.fetch(Q["history_partitions"].sql):
         day = day_of(name)
-        if folded or day > last:
+        if folded or (day + 1) * DAY + FOLD_AFTER > now:
             continue
         async with conn.transaction():
             await conn.execute(

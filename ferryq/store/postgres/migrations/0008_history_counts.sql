@@ -1,6 +1,6 @@
 -- Counts of finished jobs by day, namespace, queue and state, so that job_counts (the
 -- dashboard, /metrics, `ferryq stats`) reads a day's partition of the history once,
--- not at every call. Maintenance folds a partition two days after its day ends
+-- not at every call. Maintenance folds a partition an hour after its day ends
 -- (history_fold): it counts the partition into this table and gives it the trigger
 -- below, in one transaction, so that a row added to or removed from it later (a
 -- late finish, a respawn, a purge) is counted too. Partitions not folded yet, and
