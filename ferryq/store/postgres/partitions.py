@@ -96,7 +96,10 @@ async def fold(conn: Any, now: float) -> int:
             continue
         async with conn.transaction():
             await conn.execute(
-                f"CREATE TRIGGER ferryq_history_counted AFTER INSERT OR DELETE ON {name} "
+                # OR REPLACE: a leader that has just lost its place may fold the same
+                # day at once; the later fold counts it again, under the same lock.
+                f"CREATE OR REPLACE TRIGGER ferryq_history_counted "
+                f"AFTER INSERT OR DELETE ON {name} "
                 f"FOR EACH ROW EXECUTE FUNCTION ferryq_history_count('{day}')"
             )
             await conn.execute(Q["history_counts_drop"].sql, day)
