@@ -19,13 +19,14 @@ CREATE TABLE ferryq_history_folded (
 );
 INSERT INTO ferryq_history_folded (one, hid) VALUES (1, 0);
 
--- A new row takes the largest hid plus one, so once the largest rows are gone hids
--- below the mark could be given again: the mark follows the largest hid down.
+-- Every delete: a counted row is taken off the counts; and as a new row takes the
+-- largest hid plus one, hids at or below the mark would be given again once the
+-- largest rows are gone (counted or not), so the mark follows the largest hid down.
 CREATE TRIGGER ferryq_history_uncount AFTER DELETE ON ferryq_history
-WHEN old.hid <= (SELECT hid FROM ferryq_history_folded)
 BEGIN
     UPDATE ferryq_history_counts SET n = n - 1
-    WHERE namespace = old.namespace AND queue = old.queue AND state = old.state;
+    WHERE old.hid <= (SELECT hid FROM ferryq_history_folded)
+      AND namespace = old.namespace AND queue = old.queue AND state = old.state;
     UPDATE ferryq_history_folded SET hid = (SELECT coalesce(max(hid), 0) FROM ferryq_history)
     WHERE hid > (SELECT coalesce(max(hid), 0) FROM ferryq_history);
 END;
