@@ -160,4 +160,3 @@ def test_history_counts_follow_the_model(backend: Backend) -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
-
