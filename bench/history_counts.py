@@ -72,10 +72,8 @@ def fill_sqlite(path: pathlib.Path, rows: int, now: float) -> None:
 
 async def fill_postgres(url: str, store: Store, rows: int, now: float) -> None:
     assert isinstance(store, PostgresStore)
-    for day in range(0, DAYS + 1, 3):
-        await store.history_ensure_partitions(
-            now - day * DAY
-        )  # each call: the day before to 3 days after
+    for day in range(0, DAYS + 3, 3):  # each call: the day before to 3 days after
+        await store.history_ensure_partitions(now - day * DAY)
     conn = await asyncpg.connect(url)
     try:
         columns = [r[0] for r in await conn.fetch(
