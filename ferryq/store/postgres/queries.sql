@@ -205,7 +205,7 @@ DELETE FROM ferryq_history WHERE id = ANY(:ids::bigint[]) AND state = 'dead' RET
 
 -- name: job_counts
 -- The hot jobs and the history's folded days (see migration 0008); the partitions
--- not folded yet are counted apart (history_count_partition), in the same snapshot.
+-- not folded yet are read whole beside it (partitions.counts), in the same snapshot.
 SELECT namespace, queue, state, count(*) FROM ferryq_jobs
 WHERE :namespace::text IS NULL OR namespace = :namespace
 GROUP BY namespace, queue, state
