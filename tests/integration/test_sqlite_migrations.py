@@ -57,6 +57,11 @@ async def test_history_keeps_every_job_when_it_is_rekeyed_in_finish_order(
         )
         finished = await store.job_get(ids[1])
         assert finished is not None and finished.state == State.SUCCEEDED
+        # The history written before migration 0008 is counted, then folded.
+        counts = {(NS, "default", "succeeded"): 2, (NS, "default", "dead"): 1}
+        assert await store.job_counts(NS) == counts
+        assert await store.history_fold(START + 3) == 3
+        assert await store.job_counts(NS) == counts
     finally:
         await store.close()
     with sqlite3.connect(path) as check:
