@@ -9,7 +9,6 @@ counts must equal what the model knows: each job's queue and state.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sqlite3
 from collections import Counter
@@ -28,10 +27,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ferryq.store import Store, open_store
+from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.store.postgres.store import PostgresStore
 from tests.conformance.jobs import NS, insert
+from tests.conformance.model_backend import ModelBackend
 from tests.conftest import START
 
 T = TypeVar("T")
@@ -40,39 +40,28 @@ QUEUES = ("a", "b")
 TERMINAL: tuple[FinishKind, ...] = ("succeeded", "dead", "cancelled")
 
 
-class Backend:
-    """One store and event loop for the whole run; emptied per example."""
+class Backend(ModelBackend):
+    """The model backend, with partitions for the days the model visits (PostgreSQL)
+    and the folding undone before each example."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.loop = asyncio.new_event_loop()
-        self.store = open_store(url)
-        self.run(self.store.open())
+        super().__init__(url, ("ferryq_jobs", "ferryq_history", "ferryq_history_counts"))
         if isinstance(self.store, PostgresStore):
             for day in range(0, 8, 4):  # partitions from the day before START to 7 after
                 self.run(self.store.history_ensure_partitions(START + day * DAY))
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
     def clear(self) -> None:
-        if self.url.startswith("sqlite"):
+        super().clear()
+        if self.sqlite:
             with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
-                for table in ("ferryq_jobs", "ferryq_history", "ferryq_history_counts"):
-                    conn.execute(f"DELETE FROM {table}")
                 conn.execute("UPDATE ferryq_history_folded SET hid = 0")
             return
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE ferryq_jobs, ferryq_history, ferryq_history_counts")
             for (name,) in conn.execute(
                 "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
                 "WHERE t.tgname = 'ferryq_history_counted'"
             ).fetchall():
                 conn.execute(f"DROP TRIGGER ferryq_history_counted ON {name}")
-
-    def close(self) -> None:
-        self.run(self.store.close())
-        self.loop.close()
 
 
 class CountsMachine(RuleBasedStateMachine):

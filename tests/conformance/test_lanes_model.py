@@ -18,13 +18,10 @@ stays halted until released.
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -39,10 +36,11 @@ from hypothesis.stateful import (
 
 from ferryq.job import State
 from ferryq.lanes import LaneRule, rule_for
-from ferryq.store import Store, open_store
+from ferryq.store import Store
 from ferryq.store.base import Finish
 from ferryq.worker.maintenance import Maintenance
 from tests.conformance.jobs import NS, new_job
+from tests.conformance.model_backend import ModelBackend
 from tests.conftest import START
 
 T = TypeVar("T")
@@ -62,34 +60,8 @@ class Known:
     state: State = State.WAITING
 
 
-class Backend:
-    """One store and event loop for the whole run; tables emptied per example."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.loop = asyncio.new_event_loop()
-        self.store = open_store(url)
-        self.run(self.store.open())
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
-
-    def clear(self) -> None:
-        if self.url.startswith("sqlite"):
-            with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
-                for table in TABLES:
-                    conn.execute(f"DELETE FROM {table}")
-        else:
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                conn.execute(f"TRUNCATE {', '.join(TABLES)}")
-
-    def close(self) -> None:
-        self.run(self.store.close())
-        self.loop.close()
-
-
 class LaneMachine(RuleBasedStateMachine):
-    backend: Backend
+    backend: ModelBackend
 
     def __init__(self) -> None:
         super().__init__()
@@ -255,13 +227,13 @@ class LaneMachine(RuleBasedStateMachine):
 
 
 @pytest.fixture
-def backend(backend_url: str) -> Iterator[Backend]:
-    opened = Backend(backend_url)
+def backend(backend_url: str) -> Iterator[ModelBackend]:
+    opened = ModelBackend(backend_url, TABLES)
     yield opened
     opened.close()
 
 
-def test_lanes_follow_the_reference_model(backend: Backend) -> None:
+def test_lanes_follow_the_reference_model(backend: ModelBackend) -> None:
     LaneMachine.backend = backend
     examples = 200 if backend.url.startswith("sqlite") else 60
     run_state_machine_as_test(

@@ -19,27 +19,28 @@ from tests.pg import PgCluster
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
-    command = [sys.executable, "-m", "bench.lanes", "--backend", "both", "--rounds", "1",
-               "--jobs", "200", "--lanes", "20", "--backlog", "1000", "--samples", "5"]  # fmt: skip
+def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
+    """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
     done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", f"bench.{module}", "--backend", "both", *options],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
+    options = ["--rounds", "1", "--jobs", "200", "--lanes", "20", "--backlog", "1000",
+               "--samples", "5"]  # fmt: skip
+    output = run_bench("lanes", options, pg_cluster)
     for backend in ("sqlite", "postgres"):
-        section = done.stdout.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
+        section = output.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
         for row in ("drain, jobs/s", "pickup p99, ms", "enqueue, batches of 100, jobs/s"):
             assert row in section, section
 
 
 def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
-    command = [sys.executable, "-m", "bench.history_counts", "--backend", "both",
-               "--rows", "3000", "--reads", "1"]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    output = run_bench("history_counts", ["--rows", "3000", "--reads", "1"], pg_cluster)
     for backend in ("sqlite", "postgres"):
-        assert f"{backend}: job_counts over 3,000 history rows: read whole" in done.stdout
+        assert f"{backend}: job_counts over 3,000 history rows: read whole" in output
