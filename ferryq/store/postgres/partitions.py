@@ -103,17 +103,15 @@ async def fold(conn: Any, now: float) -> int:
                 f"FOR EACH ROW EXECUTE FUNCTION ferryq_history_count('{day}')"
             )
             await conn.execute(Q["history_counts_drop"].sql, day)
-            await conn.execute(
+            groups = await conn.fetch(
                 "INSERT INTO ferryq_history_counts (day, namespace, queue, state, n) "
                 f"SELECT {day}, namespace, queue, state, count(*) FROM {name} "
-                "GROUP BY namespace, queue, state"
+                "GROUP BY namespace, queue, state RETURNING n"
             )
-            rows = await conn.fetchval(
-                "SELECT coalesce(sum(n), 0) FROM ferryq_history_counts WHERE day = $1", day
-            )
+            rows = sum(int(n) for (n,) in groups)
         log.info("folded history partition %s (%d jobs)", name, rows)
         if rows:
-            return int(rows)
+            return rows
     return 0
 
 
