@@ -91,6 +91,29 @@ async def test_delayed_job_is_not_claimed_before_it_is_due(store: Store) -> None
     assert claimed.id == job_id
 
 
+async def test_next_due_looks_only_at_the_queues_asked_for(store: Store) -> None:
+    await insert(store, NOW, delay=10.0, queue="other")
+    await insert(store, NOW, delay=20.0, queue="mail", namespace="elsewhere")
+    await insert(store, NOW, delay=40.0, queue="mail")
+    await insert(store, NOW, delay=30.0, queue="news")
+    assert await store.job_next_due(NS, ["mail"]) == NOW + 40.0
+    assert await store.job_next_due(NS, ["mail", "news"]) == NOW + 30.0
+    assert await store.job_next_due(NS, ["empty"]) is None
+    assert await store.job_next_due("elsewhere", ["mail", "other"]) == NOW + 20.0
+
+
+async def test_a_claim_promotes_the_due_jobs_of_its_own_queues_only(store: Store) -> None:
+    # Maintenance promotes the rest: a claim stays within its namespace and queues.
+    mine = await insert(store, NOW, delay=5.0, queue="mail")
+    other_queue = await insert(store, NOW, delay=5.0, queue="other")
+    other_namespace = await insert(store, NOW, delay=5.0, queue="mail", namespace="elsewhere")
+    (claimed,) = await store.job_claim(NS, ["mail"], 10, "w1", NOW + 5)
+    assert claimed.id == mine
+    for job_id in (other_queue, other_namespace):
+        assert (await store.job_get(job_id)).state == State.SCHEDULED  # type: ignore[union-attr]
+    assert await store.job_promote_due(NOW + 5, 100) == 2
+
+
 async def test_promote_due_makes_scheduled_jobs_ready(store: Store) -> None:
     job_id = await insert(store, NOW, delay=5.0)
     assert await store.job_promote_due(NOW + 4, 100) == 0

@@ -41,9 +41,21 @@ WHERE namespace = :namespace AND unique_key = :unique_key AND created_at >= :sin
 ORDER BY created_at DESC LIMIT 1;
 
 -- name: job_promote_due
+-- Maintenance's promotion, of every queue.
 UPDATE ferryq_jobs SET state = 'ready'
 WHERE id = ANY(ARRAY(SELECT id FROM ferryq_jobs WHERE state = 'scheduled' AND run_at <= :now
                      ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED));
+
+-- name: job_promote_due_queues
+-- A claim's promotion: the due jobs of its own queues, a range of
+-- ferryq_jobs_queue_due each, up to :limit per queue.
+UPDATE ferryq_jobs SET state = 'ready'
+WHERE id = ANY(ARRAY(
+    SELECT d.id FROM unnest(:queues::text[]) AS q(queue), LATERAL (
+        SELECT id FROM ferryq_jobs
+        WHERE state = 'scheduled' AND namespace = :namespace AND queue = q.queue
+          AND run_at <= :now
+        ORDER BY run_at LIMIT :limit FOR UPDATE SKIP LOCKED) d));
 
 -- name: job_claim_queue
 -- SKIP LOCKED: concurrent workers take disjoint rows without waiting on each other.
@@ -75,7 +87,11 @@ WHERE j.id = ANY(ARRAY(
 RETURNING {claim_columns};
 
 -- name: job_next_due
-SELECT min(run_at) FROM ferryq_jobs WHERE state = 'scheduled';
+-- The first due time in these queues: one index range of ferryq_jobs_queue_due each.
+SELECT min(d.run_at) FROM unnest(:queues::text[]) AS q(queue), LATERAL (
+    SELECT run_at FROM ferryq_jobs
+    WHERE state = 'scheduled' AND namespace = :namespace AND queue = q.queue
+    ORDER BY run_at LIMIT 1) d;
 
 -- name: job_finish_batch_to_history
 -- Many finishes in one statement. A stale token joins no row, so it moves nothing.

@@ -332,7 +332,7 @@ class PostgresStore(base.Store):
         return held_leases(fences, extended, rows)
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
-        rows = await self._fetch("job_next_due")
+        rows = await self._fetch("job_next_due", namespace=namespace, queues=list(queues))
         return None if rows[0][0] is None else float(rows[0][0])
 
     async def wait_for_change(self, within: float) -> bool:
@@ -422,7 +422,8 @@ class PostgresStore(base.Store):
 
         async def take(conn: Conn) -> list[Job]:
             # Each statement commits by itself, as a claim's do.
-            await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+            await _run(conn, Q["job_promote_due_queues"], namespace=namespace, queues=[queue],
+                       now=now, limit=1000)  # fmt: skip
             rows = await _run(conn, Q["job_take"], namespace=namespace, queue=queue,
                               limit=limit, worker=worker, ttr=ttr, now=now)  # fmt: skip
             return sorted(map(job_from_row, rows), key=lambda job: (job.order_time, job.id))
@@ -792,7 +793,8 @@ async def insert_with(
 async def _claim(
     conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
 ) -> list[Claimed]:
-    await _run(conn, Q["job_promote_due"], now=now, limit=1000)
+    await _run(conn, Q["job_promote_due_queues"], namespace=namespace, queues=list(queues),
+               now=now, limit=1000)  # fmt: skip
     if limit <= 0:  # freed lanes may take every slot: promoting is all there is to do
         return []
     return await _claim_ready(conn, namespace, queues, limit, worker, now)

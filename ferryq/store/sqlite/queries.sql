@@ -52,12 +52,22 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
 RETURNING {claim_columns};
 
 -- name: job_promote_due
+-- Maintenance's promotion, of every queue.
 UPDATE ferryq_jobs SET state = 'ready'
 WHERE id IN (SELECT id FROM ferryq_jobs WHERE state = 'scheduled' AND run_at <= :now
              ORDER BY run_at LIMIT :limit);
 
--- name: job_next_due
-SELECT min(run_at) FROM ferryq_jobs WHERE state = 'scheduled';
+-- name: job_promote_due_queue
+-- A claim's promotion: one queue's due jobs, a range of ferryq_jobs_queue_due.
+UPDATE ferryq_jobs SET state = 'ready'
+WHERE id IN (SELECT id FROM ferryq_jobs
+             WHERE state = 'scheduled' AND namespace = :namespace AND queue = :queue
+               AND run_at <= :now
+             ORDER BY run_at LIMIT :limit);
+
+-- name: job_next_due_queue
+SELECT min(run_at) FROM ferryq_jobs
+WHERE state = 'scheduled' AND namespace = :namespace AND queue = :queue;
 
 -- name: job_finish_to_history
 -- The fence and state checks make a late worker's write a no-op.

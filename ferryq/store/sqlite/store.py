@@ -261,8 +261,13 @@ class SQLiteStore(base.Store):
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None:
         def next_due(conn: sqlite3.Connection) -> float | None:
-            value = conn.execute(Q["job_next_due"]).fetchone()[0]
-            return None if value is None else float(value)
+            due = [
+                conn.execute(
+                    Q["job_next_due_queue"], {"namespace": namespace, "queue": queue}
+                ).fetchone()[0]
+                for queue in queues
+            ]
+            return min((float(value) for value in due if value is not None), default=None)
 
         return await self._call(self._read, next_due)
 
@@ -360,7 +365,7 @@ class SQLiteStore(base.Store):
                   "ttr": ttr, "now": now}  # fmt: skip
 
         def take(conn: sqlite3.Connection) -> list[Job]:
-            conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
+            _promote(conn, namespace, [queue], now)
             taken = [job_from_row(row) for row in conn.execute(Q["job_take"], params)]
             return sorted(taken, key=lambda job: (job.order_time, job.id))
 
@@ -684,7 +689,7 @@ def _claim(
     worker: str,
     now: float,
 ) -> list[Claimed]:
-    conn.execute(Q["job_promote_due"], {"now": now, "limit": 1000})
+    _promote(conn, namespace, queues, now)
     if len(queues) == 1:
         params = {"namespace": namespace, "queue": queues[0], "limit": limit,
                   "now": now, "worker": worker}  # fmt: skip
@@ -696,6 +701,13 @@ def _claim(
         params = {"ids": json.dumps(ids), "now": now, "worker": worker}
         rows = conn.execute(Q["job_claim"], params).fetchall()
     return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
+
+
+def _promote(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], now: float) -> None:
+    """Make the due jobs of these queues ready (up to a thousand each)."""
+    for queue in queues:
+        params = {"namespace": namespace, "queue": queue, "now": now, "limit": 1000}
+        conn.execute(Q["job_promote_due_queue"], params)
 
 
 def _pick_ready(
