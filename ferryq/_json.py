@@ -11,7 +11,7 @@ from typing import Any
 from ferryq.errors import SerializationError
 
 #: Python strings may hold halves of surrogate pairs; no database can store them.
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
@@ -42,8 +42,31 @@ def dumps(value: Any, what: str = "value") -> str:
         text = _encoder.encode(value) if _fast is None else _fast(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} cannot be stored as JSON: {exc}") from None
-    if _LONE_SURROGATE.search(text):
+    if LONE_SURROGATE.search(text):
         raise SerializationError(f"{what} cannot be stored: a string holds a lone surrogate")
+    return text
+
+
+#: A NUL character, as JSON escapes it: PostgreSQL's jsonb cannot store one.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def dumps_document(value: Any, what: str = "value") -> str:
+    """``dumps`` for a value stored as a JSON document (``meta``), which every backend
+    must be able to store: no string in it may hold a NUL character."""
+    text = dumps(value, what)
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise SerializationError(f"{what} cannot be stored: a string holds a NUL character")
+    return text
+
+
+def printable(text: str) -> str:
+    """``text`` with what no database stores (NUL, lone surrogates) written as escapes:
+    for text ferryq writes itself, such as an exception's message."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if LONE_SURROGATE.search(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
 
 

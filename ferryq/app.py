@@ -294,6 +294,7 @@ class App:
         payload_limit: int | None = None,
     ) -> NewJob:
         options.validate()
+        policy.check_text("task", task)
         now = self.clock()
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
@@ -324,7 +325,7 @@ class App:
             unique_for=options.unique_for,
             stage=options.stage,
             context=_json.dumps(options.context, "context"),
-            meta=_json.dumps(options.meta, "meta"),
+            meta=_json.dumps_document(options.meta, "meta"),
         )
         self._check_size("context", job.context)
         self._check_size("meta", job.meta)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ferryq import policy
+
 
 class Retry(Exception):
     """Retry this attempt after ``after`` seconds (the backoff decides when None).
@@ -14,8 +16,7 @@ class Retry(Exception):
 
     def __init__(self, after: float | None = None, reason: str = "retry requested") -> None:
         super().__init__(reason)
-        if after is not None and (isinstance(after, bool) or after < 0):
-            raise ValueError("after must be a non-negative number of seconds")
+        policy.check_number("after", after, minimum=0.0, maximum=policy.MAX_SECONDS)
         self.after = after
 
 
@@ -32,7 +33,5 @@ class Next:
     delay: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stage, str) or not self.stage:
-            raise ValueError("stage must be a non-empty string")
-        if self.delay < 0:
-            raise ValueError("delay must not be negative")
+        policy.check_text("stage", self.stage)
+        policy.check_number("delay", self.delay, minimum=0.0, maximum=policy.MAX_SECONDS)

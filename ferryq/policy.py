@@ -8,11 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferryq import backoff as backoff_mod
+from ferryq._json import LONE_SURROGATE as _LONE_SURROGATE
 from ferryq.backoff import Backoff
 from ferryq.lanes import MAX_LANE_LENGTH
 
 YEAR = 365 * 24 * 3600.0
+#: The longest delay, ttl, ttr or deduplication window: far enough for any schedule,
+#: near enough that every time stays a date that clocks and calendars can show.
+MAX_SECONDS = 10 * YEAR
+MAX_RUN_AT = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC
 MAX_TRIES_LIMIT = 65535
+MAX_TEXT = 255
 NAME_RE = re.compile(r"^[-_A-Za-z0-9.:]{1,255}$")
 
 
@@ -51,18 +57,17 @@ class JobOptions:
     def validate(self) -> None:
         _check_name("queue", self.queue)
         _check_name("namespace", self.namespace)
-        if self.lane is not None and not (
-            isinstance(self.lane, str) and 0 < len(self.lane) <= MAX_LANE_LENGTH
-        ):
-            raise ValueError(
-                f"lane must be a non-empty string of at most {MAX_LANE_LENGTH} characters"
-            )
-        _check_number("delay", self.delay, minimum=0.0)
-        _check_number("run_at", self.run_at, minimum=0.0)
-        _check_number("priority", self.priority, minimum=-YEAR, maximum=YEAR)
-        _check_number("ttl", self.ttl, minimum=0.0, exclusive=True)
-        _check_number("ttr", self.ttr, minimum=0.0, exclusive=True)
-        _check_number("unique_for", self.unique_for, minimum=0.0, exclusive=True)
+        check_text("lane", self.lane, MAX_LANE_LENGTH)
+        check_text("unique_key", self.unique_key)
+        check_text("stage", self.stage)
+        check_number("delay", self.delay, minimum=0.0, maximum=MAX_SECONDS)
+        check_number("run_at", self.run_at, minimum=0.0, maximum=MAX_RUN_AT)
+        check_number("priority", self.priority, minimum=-YEAR, maximum=YEAR)
+        check_number("ttl", self.ttl, minimum=0.0, exclusive=True, maximum=MAX_SECONDS)
+        check_number("ttr", self.ttr, minimum=0.0, exclusive=True, maximum=MAX_SECONDS)
+        check_number(
+            "unique_for", self.unique_for, minimum=0.0, exclusive=True, maximum=MAX_SECONDS
+        )
         if self.max_tries is not None and (
             isinstance(self.max_tries, bool)
             or not isinstance(self.max_tries, int)
@@ -75,8 +80,17 @@ class JobOptions:
             raise ValueError("delay and run_at cannot both be given")
         if self.unique_for is not None and self.unique_key is None:
             raise ValueError("unique_for needs a unique_key")
-        if self.unique_key is not None and not (0 < len(self.unique_key) <= 255):
-            raise ValueError("unique_key must be a non-empty string of at most 255 characters")
+
+
+def check_text(option: str, value: str | None, max_length: int = MAX_TEXT) -> None:
+    """A free-form key (a lane, a task name): any text a database can store, that is
+    without NUL characters or halves of surrogate pairs."""
+    if value is None:
+        return
+    if not (isinstance(value, str) and 0 < len(value) <= max_length):
+        raise ValueError(f"{option} must be a non-empty string of at most {max_length} characters")
+    if "\x00" in value or _LONE_SURROGATE.search(value):
+        raise ValueError(f"{option} must not contain NUL characters or lone surrogates")
 
 
 def _check_name(option: str, value: str | None) -> None:
@@ -86,7 +100,7 @@ def _check_name(option: str, value: str | None) -> None:
         )
 
 
-def _check_number(
+def check_number(
     option: str,
     value: float | None,
     *,
@@ -101,7 +115,7 @@ def _check_number(
     too_low = value <= minimum if exclusive else value < minimum
     if too_low or value > maximum or math.isinf(value):
         bound = "greater than" if exclusive else "at least"
-        limit = f" and at most {maximum:g}" if maximum != math.inf else ""
+        limit = f" and at most {maximum:.0f}" if maximum != math.inf else ""
         raise ValueError(f"{option} must be {bound} {minimum:g}{limit} seconds (got {value!r})")
 
 

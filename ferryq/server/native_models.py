@@ -24,18 +24,13 @@ from pydantic import (
 
 from ferryq import lanes
 from ferryq.job import State
-from ferryq.policy import MAX_TRIES_LIMIT, NAME_RE, YEAR
+from ferryq.policy import MAX_RUN_AT, MAX_SECONDS, MAX_TEXT, MAX_TRIES_LIMIT, NAME_RE, YEAR
 
-#: Delays, ttl, ttr and dedup windows are bounded; enough for any real use.
-MAX_SECONDS = 10 * YEAR
-#: 9999-12-31T23:59:59Z, the last second a date can be written in.
-MAX_RUN_AT = 253_402_300_799.0
 #: Job ids stay below 2**53 in practice; bounding them there lets every JSON client,
 #: JavaScript's included, hold an id exactly.
 MAX_ID = (1 << 53) - 1
 MAX_BATCH = 1000
 MAX_IDS = 1000
-MAX_TEXT = 255
 MAX_PAGE = 1000
 MAX_WAIT_SECONDS = 60.0
 DEFAULT_WAIT_SECONDS = 30.0

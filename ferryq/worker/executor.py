@@ -146,8 +146,10 @@ def failure(
     """A failed attempt: retried after its backoff while tries remain, else dead."""
     error = {
         "type": type(exc).__name__,
-        "message": str(exc) or type(exc).__name__,
-        "traceback": "".join(traceback.format_exception(exc)) if exc.__traceback__ else None,
+        "message": _json.printable(str(exc) or type(exc).__name__),
+        "traceback": _json.printable("".join(traceback.format_exception(exc)))
+        if exc.__traceback__
+        else None,
         "attempt": job.attempts,
         "stage": job.stage,
         "worker": worker,

@@ -202,7 +202,34 @@ async def test_bad_input_at_enqueue_writes_nothing(app: ferryq.App) -> None:
         take.options(delay=-1)
     with pytest.raises(TypeError, match="unexpected keyword"):
         await take.enqueue_async(value=1, other=2)
+    # What one backend could store and another could not is refused on both.
+    with pytest.raises(ValueError, match="lane must not contain NUL"):
+        take.options(lane="post:\x00")
+    with pytest.raises(ValueError, match="task must not contain NUL"):
+        await app.enqueue_async("take\x00", [1])
+    with pytest.raises(ferryq.SerializationError, match=r"meta cannot be stored: .* NUL"):
+        await take.options(meta={"note": "a\x00b"}).enqueue_async(1)
     assert await app.list_jobs_async() == []
+
+
+async def test_an_error_no_database_could_store_is_kept_escaped(app: ferryq.App) -> None:
+    @app.task(max_tries=1)
+    async def odd(text: str) -> None:
+        raise ValueError(text + " and half a pair \ud800")
+
+    @app.task
+    async def after() -> str:
+        return "done"
+
+    handle = await odd.enqueue_async("nul \x00")
+    await drain_async(app)
+    job = await app.get_job_async(handle.id)
+    assert job.state == "dead"
+    assert job.error is not None and job.error["message"] == "nul \\x00 and half a pair \\ud800"
+    assert "\\x00" in job.error["traceback"]
+    then = await after.enqueue_async()
+    await drain_async(app)
+    assert await then.result_async(timeout=1) == "done"
 
 
 async def test_delays_and_priorities(app: ferryq.App, clock: FrozenClock) -> None:
