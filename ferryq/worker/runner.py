@@ -238,9 +238,20 @@ class Worker:
             metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
                                         attempt.job.namespace, attempt.job.queue)  # fmt: skip
         self._running -= 1
-        if self._queued:
-            self._launch(self._queued.popleft())
+        self._launch_queued()
         self._release(attempt, finish)
+
+    def _launch_queued(self) -> None:
+        """Start the first prefetched job whose ttl has not passed meanwhile. One that
+        expired waiting for a slot is handed back unstarted (SPEC §5: never started
+        after its ttl); the leader's next round expires it."""
+        while self._queued:
+            attempt = self._queued.popleft()
+            expires_at = attempt.job.expires_at
+            if expires_at is None or expires_at > self.app.clock():
+                self._launch(attempt)
+                return
+            self._settle_queued(attempt, "returned")
 
     def _settle_queued(self, attempt: Attempt, kind: FinishKind) -> None:
         """End a prefetched job that never started (shutdown, cancel)."""

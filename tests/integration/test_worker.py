@@ -265,6 +265,31 @@ async def test_ttl_expires_a_job_that_did_not_run(app: ferryq.App, clock: Frozen
         await handle.result_async(timeout=1)
 
 
+async def test_a_prefetched_job_whose_ttl_passes_is_never_started(
+    app: ferryq.App, clock: FrozenClock
+) -> None:
+    started: list[str] = []
+
+    @app.task
+    async def work(name: str) -> None:
+        started.append(name)
+        if name == "slow":
+            clock.advance(20)  # the job prefetched behind it expires meanwhile
+
+    await work.enqueue_async("slow")
+    clock.advance(1)
+    short_lived = await work.options(ttl=10).enqueue_async("short-lived")
+    await drain_async(app, concurrency=1, prefetch=1)
+    assert started == ["slow"]
+    # Handed back unstarted, uncharged; the leader's next round expires it.
+    job = await app.get_job_async(short_lived.id)
+    assert job.state == "ready" and job.attempts == 0
+    assert (await app.explain_async(short_lived.id)).reason == "expiring"
+    await drain_async(app)
+    assert started == ["slow"]
+    assert (await app.get_job_async(short_lived.id)).state == "expired"
+
+
 async def test_dedup_through_the_api(app: ferryq.App, clock: FrozenClock) -> None:
     @app.task
     async def digest(user: int) -> None:
