@@ -277,6 +277,29 @@ async def test_history_is_partitioned_by_day_and_pruned_by_partition(pg_url: str
         await store.close()
 
 
+async def test_a_prune_gives_way_to_a_reader_of_the_history(pg_url: str) -> None:
+    # DETACH locks the history whole; waiting for a reader would hold up every
+    # finish behind it, so the prune gives up after a moment and tries next round.
+    day = 20_000
+    store = open_store(pg_url)
+    await store.open()  # migrated
+    await store.close()
+    conn, reader = await asyncpg.connect(pg_url), await asyncpg.connect(pg_url)
+    try:
+        await partitions.ensure(conn, day * 86400.0)
+        reading = reader.transaction()
+        await reading.start()
+        await reader.fetchval("SELECT count(*) FROM ferryq_history")
+        assert await partitions.prune(conn, (day + 1) * 86400.0, 1000) == 0
+        assert await conn.fetchval("SELECT to_regclass($1)", partitions.name_of(day))
+        await reading.rollback()
+        await partitions.prune(conn, (day + 1) * 86400.0, 1000)
+        assert await conn.fetchval("SELECT to_regclass($1)", partitions.name_of(day)) is None
+    finally:
+        await reader.close()
+        await conn.close()
+
+
 class _CutListen:
     """A TCP proxy on loopback in front of the real server that ends a connection
     the moment it asks to LISTEN, as a server shutting down may do."""

@@ -16,6 +16,7 @@ log = logging.getLogger("ferryq.store.postgres")
 DAY = 86400
 AHEAD = 3  # days of partitions that exist before they are needed
 FOLD_AFTER = 3600  # seconds after a partition's day ends before it is folded
+LOCK_WAIT_MS = 200  # the longest a prune or fold waits for its lock, blocking writers
 _PREFIX = "ferryq_history_p"
 _DEFAULT = "ferryq_history_default"
 
@@ -66,12 +67,19 @@ async def prune(conn: Any, before: float, limit: int) -> int:
     for name, _folded in await conn.fetch(Q["history_partitions"].sql):
         if (day_of(name) + 1) * DAY <= before:
             rows = await conn.fetchval(f"SELECT count(*) FROM {name}")
-            # Detaching takes a brief lock on ferryq_history, once a day. (DETACH ...
-            # CONCURRENTLY would not, but it refuses while a default partition exists.)
-            async with conn.transaction():
-                await conn.execute(f"ALTER TABLE ferryq_history DETACH PARTITION {name}")
-                await conn.execute(f"DROP TABLE {name}")
-                await conn.execute(Q["history_counts_drop"].sql, day_of(name))
+            # Detaching locks ferryq_history whole, once a day. (DETACH ... CONCURRENTLY
+            # would not, but it refuses while a default partition exists.) The lock
+            # waits for every open reader of the history, and every finish waits
+            # behind it: so it is given up after LOCK_WAIT and tried again next round.
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
+                    await conn.execute(f"ALTER TABLE ferryq_history DETACH PARTITION {name}")
+                    await conn.execute(f"DROP TABLE {name}")
+                    await conn.execute(Q["history_counts_drop"].sql, day_of(name))
+            except asyncpg.LockNotAvailableError:
+                log.info("history partition %s is in use; dropping it next round", name)
+                break
             log.info("dropped history partition %s (%d jobs)", name, rows)
             removed += int(rows)
     statement = Q["history_prune_default"]
@@ -94,21 +102,27 @@ async def fold(conn: Any, now: float) -> int:
         day = day_of(name)
         if folded or (day + 1) * DAY + FOLD_AFTER > now:
             continue
-        async with conn.transaction():
-            await conn.execute(
-                # OR REPLACE: a leader that has just lost its place may fold the same
-                # day at once; the later fold counts it again, under the same lock.
-                f"CREATE OR REPLACE TRIGGER ferryq_history_counted "
-                f"AFTER INSERT OR DELETE ON {name} "
-                f"FOR EACH ROW EXECUTE FUNCTION ferryq_history_count('{day}')"
-            )
-            await conn.execute(Q["history_counts_drop"].sql, day)
-            groups = await conn.fetch(
-                "INSERT INTO ferryq_history_counts (day, namespace, queue, state, n) "
-                f"SELECT {day}, namespace, queue, state, count(*) FROM {name} "
-                "GROUP BY namespace, queue, state RETURNING n"
-            )
-            rows = sum(int(n) for (n,) in groups)
+        try:
+            async with conn.transaction():
+                # Writes to that day wait behind the lock as long as it is waited for.
+                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
+                await conn.execute(
+                    # OR REPLACE: a leader that has just lost its place may fold the
+                    # same day at once; the later fold counts it again, under the lock.
+                    f"CREATE OR REPLACE TRIGGER ferryq_history_counted "
+                    f"AFTER INSERT OR DELETE ON {name} "
+                    f"FOR EACH ROW EXECUTE FUNCTION ferryq_history_count('{day}')"
+                )
+                await conn.execute(Q["history_counts_drop"].sql, day)
+                groups = await conn.fetch(
+                    "INSERT INTO ferryq_history_counts (day, namespace, queue, state, n) "
+                    f"SELECT {day}, namespace, queue, state, count(*) FROM {name} "
+                    "GROUP BY namespace, queue, state RETURNING n"
+                )
+                rows = sum(int(n) for (n,) in groups)
+        except asyncpg.LockNotAvailableError:
+            log.info("history partition %s is being written; folding it next round", name)
+            return 0
         log.info("folded history partition %s (%d jobs)", name, rows)
         if rows:
             return rows
