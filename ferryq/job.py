@@ -96,6 +96,8 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.WAITING, E.CANCEL): S.CANCELLED,
     (S.WAITING, E.EXPIRE): S.EXPIRED,
     (S.DEAD, E.RESPAWN_IN_LANE): S.WAITING,
+    (S.CANCELLED, E.RESPAWN_IN_LANE): S.WAITING,
+    (S.EXPIRED, E.RESPAWN_IN_LANE): S.WAITING,
     # An HTTP consumer acks by id, with no fencing token, and lmstfy lets any job of
     # the queue be deleted: whatever is unfinished ends as done.
     (S.RUNNING, E.ACK): S.SUCCEEDED,

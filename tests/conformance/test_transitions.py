@@ -171,6 +171,9 @@ SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (S.WAITING, E.CANCEL): lambda s: _cancelled_behind(s),
     (S.WAITING, E.EXPIRE): lambda s: _expired_behind(s),
     (S.DEAD, E.RESPAWN_IN_LANE): _respawned_behind,
+    # Ended behind the job that holds lane L (which still holds it), then respawned.
+    (S.CANCELLED, E.RESPAWN_IN_LANE): lambda s: _terminal_then_respawn(s, _cancelled_behind),
+    (S.EXPIRED, E.RESPAWN_IN_LANE): lambda s: _terminal_then_respawn(s, _expired_behind),
     (S.RUNNING, E.ACK): lambda s: _acked(s, _running),
     (S.READY, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW)),
     (S.SCHEDULED, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW, delay=5.0)),
