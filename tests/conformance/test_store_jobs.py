@@ -66,6 +66,22 @@ async def test_claim_takes_only_what_is_asked_and_leases_it(store: Store) -> Non
     assert len(await store.job_claim(NS, ["default"], 10, "w7", NOW)) == 3
 
 
+async def test_the_times_of_a_running_attempt_are_its_own(store: Store) -> None:
+    # While an attempt runs, started_at is its claim; when it ends, the handler's
+    # start. The previous attempt's end is not shown as this one's.
+    job_id = await insert(store, NOW, max_tries=3)
+    first = await claim_one(store, NOW)
+    retry = Finish("retry", job_id, first.fence, NOW + 3, NOW + 1, error={"message": "x"},
+                   run_at=NOW + 5, order_time=NOW + 5)  # fmt: skip
+    await store.job_finish_many([retry])
+    job = await store.job_get(job_id)
+    assert job is not None and (job.started_at, job.finished_at) == (NOW + 1, NOW + 3)
+    await claim_one(store, NOW + 5)
+    job = await store.job_get(job_id)
+    assert job is not None and job.state == State.RUNNING
+    assert (job.claimed_at, job.started_at, job.finished_at) == (NOW + 5, NOW + 5, None)
+
+
 async def test_claim_respects_queue_and_namespace(store: Store) -> None:
     mail = await insert(store, NOW, queue="mail")
     await insert(store, NOW, queue="other")

@@ -63,7 +63,7 @@ WHERE id = ANY(ARRAY(
 -- with the picked rows could plan as a scan of the whole table.
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + j.ttr, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -76,7 +76,7 @@ RETURNING {claim_columns};
 -- name: job_claim_queues
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + j.ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + j.ttr, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
@@ -145,7 +145,8 @@ RETURNING id;
 
 -- name: job_return
 UPDATE ferryq_jobs
-SET state = 'ready', attempts = greatest(attempts - 1, 0), lease_until = NULL, worker = NULL
+SET state = 'ready', attempts = greatest(attempts - 1, 0), started_at = NULL,
+    lease_until = NULL, worker = NULL
 WHERE id = :id AND fence = :fence AND state = 'running'
 RETURNING id;
 
@@ -443,7 +444,8 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
                      WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END,
         attempts = j.attempts + p.take::int, fence = j.fence + p.take::int,
         claimed_at = CASE WHEN p.take THEN :now ELSE j.claimed_at END,
-        started_at = CASE WHEN p.take THEN NULL ELSE j.started_at END,
+        started_at = CASE WHEN p.take THEN :now ELSE j.started_at END,
+        finished_at = CASE WHEN p.take THEN NULL ELSE j.finished_at END,
         lease_until = CASE WHEN p.take THEN :now + j.ttr ELSE j.lease_until END,
         worker = CASE WHEN p.take THEN :worker ELSE j.worker END
     FROM planned p
@@ -531,8 +533,8 @@ ORDER BY halted_at;
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, ttr = :ttr::float8, lease_until = :now::float8 + :ttr::float8,
-    worker = :worker
+    started_at = :now, finished_at = NULL, ttr = :ttr::float8,
+    lease_until = :now::float8 + :ttr::float8, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue

@@ -35,7 +35,7 @@ LIMIT :limit;
 -- The common case, one queue: pick and lease in a single pass over the ready index.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -47,7 +47,7 @@ RETURNING {claim_columns};
 -- name: job_claim
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
 RETURNING {claim_columns};
 
@@ -124,7 +124,8 @@ WHERE id = :id AND fence = :fence AND state = 'running';
 -- name: job_return
 -- Graceful shutdown: back to ready, and the try it was charged is given back.
 UPDATE ferryq_jobs
-SET state = 'ready', attempts = max(attempts - 1, 0), lease_until = NULL, worker = NULL
+SET state = 'ready', attempts = max(attempts - 1, 0), started_at = NULL, lease_until = NULL,
+    worker = NULL
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_lease_extend
@@ -360,7 +361,7 @@ LEFT JOIN ferryq_jobs AS w ON w.id = (
 -- are admitted next, for any worker to claim).
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (
     SELECT w.id FROM json_each(:lanes) AS l
     JOIN ferryq_jobs AS w ON w.id = (
@@ -400,7 +401,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
 -- admitted and claimed in one write.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
 
@@ -410,7 +411,8 @@ RETURNING {claim_columns};
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, ttr = :ttr, lease_until = :now + :ttr, worker = :worker
+    started_at = :now, finished_at = NULL, ttr = :ttr, lease_until = :now + :ttr,
+    worker = :worker
 WHERE id IN (
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
