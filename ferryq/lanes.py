@@ -11,7 +11,9 @@ lane or however many lanes there are.
 Start order is id order, also when the limit is above one: a job admitted behind one
 that has not started yet is given that job's order time (and due time, if it is
 delayed) when they are later than its own, so a claim, which takes the smallest
-``(order_time, id)`` first, cannot start it earlier.
+``(order_time, id)`` first, cannot start it earlier. That holds within a queue; a
+claim from another queue could, so a job is admitted only while every admitted job
+ahead of it that has not started is in its own queue.
 
 The stores read a lane into a :class:`LaneView` (under a per-lane lock on
 PostgreSQL; SQLite has one writer) and apply the :class:`Plan` that :func:`plan`
@@ -89,6 +91,7 @@ class Held:
     started: bool  # claimed at least once since it entered the lane (running is)
     run_at: float
     order_time: float
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,7 @@ class Candidate:
     id: int
     run_at: float
     order_time: float
+    queue: str = "default"
 
 
 @dataclass(slots=True)
@@ -146,7 +150,11 @@ def plan(view: LaneView, now: float) -> Plan:
     unstarted = [j for j in held if not j.started]
     floor_order = max((j.order_time for j in unstarted), default=None)
     floor_due = max((j.run_at for j in unstarted if j.state == State.SCHEDULED), default=None)
+    queues = {j.queue for j in unstarted}
     for waiting in view.waiting[: max(room, 0)]:
+        if queues - {waiting.queue}:
+            break  # behind a job of another queue that has not started: see above
+        queues.add(waiting.queue)
         order_time = waiting.order_time
         if floor_order is not None:
             order_time = max(order_time, floor_order)

@@ -302,3 +302,29 @@ async def test_the_lane_own_rule_then_the_longest_prefix_decides_the_limit(
         ids = await lane_jobs(store, 4, lane=lane)
         held = await states(store, *ids)
         assert held.count(State.READY) == limit, lane
+
+
+async def test_a_lane_across_queues_still_starts_in_enqueue_order(store: Store) -> None:
+    # With room for two, a job waits while one of another queue ahead of it has not
+    # started: a worker of its own queue would otherwise start it first.
+    await store.lane_rule_set(NS, LaneRule("L", 2, "continue"), NOW)
+    first = await insert(store, NOW, lane="L", queue="q1")
+    second = await insert(store, NOW, lane="L", queue="q2")
+    third = await insert(store, NOW, lane="L", queue="q2")
+    assert await states(store, first, second, third) == ["ready", "waiting", "waiting"]
+    assert await store.job_claim(NS, ["q2"], 10, "w2", NOW) == []
+    (started,) = await store.job_claim(NS, ["q1"], 10, "w1", NOW)
+    assert started.id == first
+    # The next settle of the lane (here a finish) admits the jobs behind it.
+    await store.job_finish_many([succeed(started, NOW)])
+    assert await states(store, second, third) == ["ready", "ready"]
+    assert [j.id for j in await store.job_claim(NS, ["q2"], 10, "w2", NOW)] == [second, third]
+
+
+async def test_a_lane_admits_behind_a_started_job_of_another_queue(store: Store) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 3, "continue"), NOW)
+    first = await insert(store, NOW, lane="L", queue="q1")
+    second = await insert(store, NOW, lane="L", queue="q2")
+    await store.job_claim(NS, ["q1"], 10, "w1", NOW)
+    third = await insert(store, NOW, lane="L", queue="q2")  # its enqueue settles the lane
+    assert await states(store, first, second, third) == ["running", "ready", "ready"]

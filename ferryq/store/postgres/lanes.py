@@ -58,8 +58,8 @@ async def views(run: Run, keys: Collection[Key]) -> list[LaneView]:
             lane,
             chosen[(namespace, lane)],
             halted_by,
-            [Held(i, State(st), started, due, order) for i, st, started, due, order in _rows(held)],
-            [Candidate(i, due, order) for i, due, order in _rows(waiting)],
+            [Held(i, State(st), *rest) for i, st, *rest in _rows(held)],
+            [Candidate(*row) for row in _rows(waiting)],
         )
         for namespace, lane, halted_by, held, waiting in rows
     ]

@@ -340,11 +340,12 @@ FROM (SELECT DISTINCT queue FROM resumed WHERE state = 'ready') q;
 SELECT t.n, t.l,
     (SELECT h.job_id FROM ferryq_lane_halts h WHERE h.namespace = t.n AND h.lane = t.l),
     (SELECT coalesce(json_agg(json_build_array(j.id, j.state, j.claimed_at IS NOT NULL,
-                                               j.run_at, j.order_time) ORDER BY j.id), '[]')
+                                               j.run_at, j.order_time, j.queue)
+                              ORDER BY j.id), '[]')
      FROM ferryq_jobs j
      WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting')::text,
-    (SELECT coalesce(json_agg(json_build_array(w.id, w.run_at, w.order_time) ORDER BY w.id),
-                     '[]')
+    (SELECT coalesce(json_agg(json_build_array(w.id, w.run_at, w.order_time, w.queue)
+                              ORDER BY w.id), '[]')
      FROM ferryq_jobs w
      WHERE w.id = ANY(ARRAY(
          -- The first waiting jobs up to the limit, one index step at a time, in the
@@ -380,6 +381,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
 ), l AS (
     SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
+        h.queue_min, h.queue_max,
         EXISTS (SELECT FROM ferryq_lane_halts x WHERE x.namespace = t.n AND x.lane = t.l)
             AS halted
     FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
@@ -394,7 +396,9 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         SELECT count(*) AS held,
             max(j.order_time) FILTER (WHERE j.claimed_at IS NULL) AS floor_order,
             max(j.run_at) FILTER (WHERE j.claimed_at IS NULL AND j.state = 'scheduled')
-                AS floor_due
+                AS floor_due,
+            min(j.queue) FILTER (WHERE j.claimed_at IS NULL) AS queue_min,
+            max(j.queue) FILTER (WHERE j.claimed_at IS NULL) AS queue_max
         FROM ferryq_jobs j
         WHERE j.namespace = t.n AND j.lane = t.l AND j.state <> 'waiting') h
 ), steps(n, l, id, room, order_time, floor_due, first_free, run_at, queue, expires_at) AS (
@@ -407,6 +411,9 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     -- (namespace, lane, id), row and all, and checks it is still the lane's: asked for
     -- the lane's smallest id instead, the planner may walk the primary key in id order
     -- (one lane looks like half the table to it), through every job of a long lane.
+    -- A step stops at a job of another queue than an unstarted one ahead of it, which
+    -- a claim of its own queue could otherwise start first (see ferryq/lanes.py); after
+    -- the first step, ahead of it is the job of the step before.
     SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
         l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
     FROM l CROSS JOIN LATERAL (
@@ -415,6 +422,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         WHERE f.state = 'waiting' AND (f.namespace, f.lane) >= (l.n, l.l)
         ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
     WHERE NOT l.halted AND l.held < l.k AND w.namespace = l.n AND w.lane = l.l
+      AND (l.queue_min IS NULL OR (l.queue_min = l.queue_max AND w.queue = l.queue_min))
     UNION ALL
     SELECT s.n, s.l, w.id, s.room - 1, greatest(s.order_time, w.order_time),
         greatest(s.floor_due, s.run_at), false, w.run_at, w.queue, w.expires_at
@@ -423,7 +431,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         FROM ferryq_jobs f
         WHERE f.state = 'waiting' AND (f.namespace, f.lane, f.id) > (s.n, s.l, s.id)
         ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
-    WHERE s.room > 1 AND w.namespace = s.n AND w.lane = s.l
+    WHERE s.room > 1 AND w.namespace = s.n AND w.lane = s.l AND w.queue = s.queue
 ), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END

@@ -264,12 +264,12 @@ SELECT job_id FROM ferryq_lane_halts WHERE namespace = :namespace AND lane = :la
 
 -- name: lane_held
 -- The lane's admitted jobs: at most its limit (or an older, higher one) of them.
-SELECT id, state, claimed_at IS NOT NULL, run_at, order_time FROM ferryq_jobs
+SELECT id, state, claimed_at IS NOT NULL, run_at, order_time, queue FROM ferryq_jobs
 WHERE namespace = :namespace AND lane = :lane AND state <> 'waiting'
 ORDER BY id;
 
 -- name: lane_waiting
-SELECT id, run_at, order_time FROM ferryq_jobs
+SELECT id, run_at, order_time, queue FROM ferryq_jobs
 WHERE namespace = :namespace AND lane = :lane AND state = 'waiting'
 ORDER BY id LIMIT :limit;
 

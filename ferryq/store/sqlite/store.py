@@ -976,8 +976,8 @@ def _view(conn: sqlite3.Connection, namespace: str, lane: str, rule: LaneRule) -
     key = {"namespace": namespace, "lane": lane}
     halted = conn.execute(Q["lane_halted_by"], key).fetchone()
     held = [
-        Held(i, State(state), bool(started), run_at, order)
-        for i, state, started, run_at, order in conn.execute(Q["lane_held"], key)
+        Held(i, State(state), bool(started), run_at, order, queue)
+        for i, state, started, run_at, order, queue in conn.execute(Q["lane_held"], key)
     ]
     waiting_rows = conn.execute(Q["lane_waiting"], {**key, "limit": rule.limit})
     waiting = [Candidate(*row) for row in waiting_rows]
