@@ -274,6 +274,7 @@ class App:
         """The sync twin of ``enqueue_raw`` on a sync psycopg 3 connection."""
         job = self._new_job(task, encoded_args, options)
         inserted = insert_on_connection(connection, job, encoded_args) if encoded_args else []
+        metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def check_enqueue(

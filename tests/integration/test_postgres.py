@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import ferryq
+from ferryq import metrics
 from ferryq.store import open_store
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres import store as postgres_store
@@ -39,6 +40,11 @@ async def app(pg_url: str) -> AsyncIterator[ferryq.App]:
     application.close()
 
 
+def _enqueued(queue: str) -> float:
+    counts = metrics.METRICS.snapshot().get("ferryq_jobs_enqueued", [])
+    return float(sum(value for labels, (value,) in counts if labels == ["default", queue]))
+
+
 def _tasks(app: ferryq.App) -> ferryq.Task[[int], Coroutine[Any, Any, int]]:
     @app.task(name="double")
     async def double(n: int) -> int:
@@ -52,9 +58,11 @@ async def test_enqueue_in_a_psycopg_transaction_commits_with_it(
 ) -> None:
     double = _tasks(app)
     await app.store()
+    counted = _enqueued("default")
     with psycopg.connect(pg_url) as conn:
         with conn.transaction():
             kept = double.using(conn).enqueue(21)
+        assert _enqueued("default") == counted + 1
         with conn.transaction() as transaction:
             gone = double.options(queue="x").using(conn).enqueue(1)
             raise psycopg.Rollback(transaction)
