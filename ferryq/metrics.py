@@ -148,6 +148,11 @@ RUN_SECONDS = METRICS.histogram("ferryq_job_run_seconds", "Run time of attempts.
 LAG_SECONDS = METRICS.histogram("ferryq_job_lag_seconds",
                                 "Queue lag: claimed_at - due time, per claimed job.",
                                 ("namespace", "queue"))  # fmt: skip
+START_DELAY_SECONDS = METRICS.histogram(
+    "ferryq_job_start_delay_seconds",
+    "Start delay: started_at - claimed_at, per started attempt (prefetched jobs wait).",
+    ("namespace", "queue"),
+)
 LEASE_RECOVERIES = METRICS.counter(
     "ferryq_lease_recoveries", "Attempts whose lease ran out, recovered by the leader."
 )

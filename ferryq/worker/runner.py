@@ -223,6 +223,10 @@ class Worker:
     def _launch(self, attempt: Attempt) -> None:
         self._running += 1
         attempt.started_at = self.app.clock()
+        job = attempt.job
+        metrics.START_DELAY_SECONDS.observe(
+            max(attempt.started_at - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
+        )
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
 
     async def _run_attempt(self, attempt: Attempt) -> None:

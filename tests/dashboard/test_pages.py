@@ -94,6 +94,7 @@ def test_job_page_shows_attempts_traceback_fence_and_explain(admin: Page, dash: 
     admin.goto(dash.url(f"/ui/jobs/{dash.story.mail[0]}"))
     expect(admin.locator("#result")).to_contain_text('"sent": "user0@example.com"')
     expect(admin.locator("#explain")).to_contain_text("succeeded at")
+    expect(admin.locator("dl")).to_contain_text("(claimed to started)")
 
 
 @pytest.mark.parametrize("dash", ["sqlite"], indirect=True)  # the same on every backend

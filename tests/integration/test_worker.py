@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import ferryq
+from ferryq import metrics
 from ferryq.store.base import Finish
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.testing import drain_async
@@ -281,6 +282,8 @@ async def test_a_prefetched_job_whose_ttl_passes_is_never_started(
     short_lived = await work.options(ttl=10).enqueue_async("short-lived")
     await drain_async(app, concurrency=1, prefetch=1)
     assert started == ["slow"]
+    delays = metrics.METRICS.snapshot()["ferryq_job_start_delay_seconds"]
+    assert any(labels == ["default", "default"] for labels, _ in delays)
     # Handed back unstarted, uncharged; the leader's next round expires it.
     job = await app.get_job_async(short_lived.id)
     assert job.state == "ready" and job.attempts == 0
