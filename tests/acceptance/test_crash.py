@@ -13,6 +13,7 @@ import ferryq
 from tests.acceptance.conftest import Workers, read_fifo
 from tests.acceptance.tasks import hold, two_stages
 from tests.pg import PgCluster, drop_database
+from tests.server.harness import wait_until
 
 
 def _enqueue_hold(app: ferryq.App, started: str, go: str | None) -> ferryq.JobHandle:
@@ -168,3 +169,21 @@ def _check_it_gave_the_outcome_up(
     assert worker.returncode == 1, log
     assert f"stopping without writing the outcome of 1 attempt(s), jobs [{job_id}]" in log
     assert "Error: the outcome of 1 attempt(s) could not be written" in log
+
+
+def test_a_second_signal_exits_at_once(workers: Workers, tmp_path: Path) -> None:
+    # The first SIGTERM waits for the running job (grace 30 s); the second does not.
+    app = ferryq.App(workers.url)
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    _enqueue_hold(app, str(started), None)  # never ends by itself
+    worker = workers.start()
+    assert int(read_fifo(started)) == worker.pid
+    log = workers.stderr_paths[worker.pid]
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: "SIGTERM: stopping" in log.read_text(), within=30,
+               what="the worker stopping")  # fmt: skip
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 1
+    assert "second SIGTERM: exiting at once" in log.read_text()
+    app.close()

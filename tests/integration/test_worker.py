@@ -110,6 +110,20 @@ async def test_failures_retry_with_backoff_then_die(app: ferryq.App, clock: Froz
         await handle.result_async(timeout=1)
 
 
+async def test_a_retry_ignores_the_jobs_priority(app: ferryq.App, clock: FrozenClock) -> None:
+    # SPEC §3: a failing high-priority job cannot monopolise workers.
+    @app.task(max_tries=3, retry=ferryq.backoff.fixed(10))
+    async def urgent() -> None:
+        raise ValueError("down")
+
+    handle = await urgent.options(priority=600).enqueue_async()
+    assert (await app.get_job_async(handle.id)).order_time == clock.now - 600
+    await drain_async(app)
+    job = await app.get_job_async(handle.id)
+    assert job.state == "scheduled" and job.priority == 600
+    assert job.run_at == job.order_time == clock.now + 10
+
+
 async def test_retry_and_fail_from_the_handler(app: ferryq.App, clock: FrozenClock) -> None:
     @app.task(max_tries=5)
     async def later() -> None:
