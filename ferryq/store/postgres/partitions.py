@@ -70,7 +70,7 @@ async def prune(conn: Any, before: float, limit: int) -> int:
             # Detaching locks ferryq_history whole, once a day. (DETACH ... CONCURRENTLY
             # would not, but it refuses while a default partition exists.) The lock
             # waits for every open reader of the history, and every finish waits
-            # behind it: so it is given up after LOCK_WAIT and tried again next round.
+            # behind it: so it is given up after LOCK_WAIT_MS and tried next round.
             try:
                 async with conn.transaction():
                     await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
