@@ -7,7 +7,6 @@ import base64
 import binascii
 import hmac
 import json as jsonlib
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeGuard
 from urllib.parse import parse_qsl
 
@@ -21,8 +20,6 @@ from ferryq.server import http, tokens
 from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT, error
 from ferryq.store.base import Token
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class BasicAuth:
@@ -53,22 +50,22 @@ class BasicAuth:
 
 
 class AdminApi:
-    def __init__(self, engine: Engine, metrics: Endpoint) -> None:
+    def __init__(self, engine: Engine, metrics: http.Endpoint) -> None:
         self.engine = engine
         self.metrics = metrics
 
     def routes(self) -> list[Route]:
         return [
-            Route("/token/{ns}", self.token_create, methods=["POST"]),
-            Route("/token/{ns}", self.token_list, methods=["GET"]),
-            Route("/token/{ns}/{token}", self.token_delete, methods=["DELETE"]),
-            Route("/token/{ns}/{token}/limit", self.limit_set, methods=["POST", "PUT"]),
-            Route("/token/{ns}/{token}/limit", self.limit_get, methods=["GET"]),
-            Route("/token/{ns}/{token}/limit", self.limit_delete, methods=["DELETE"]),
-            Route("/info", self.info, methods=["GET"]),
-            Route("/version", self.version, methods=["GET"]),
-            Route("/pools", self.pools, methods=["GET"]),
-            Route("/metrics", self.metrics, methods=["GET"]),
+            http.route("/token/{ns}", self.token_create, ["POST"]),
+            http.route("/token/{ns}", self.token_list, ["GET"]),
+            http.route("/token/{ns}/{token}", self.token_delete, ["DELETE"]),
+            http.route("/token/{ns}/{token}/limit", self.limit_set, ["POST", "PUT"]),
+            http.route("/token/{ns}/{token}/limit", self.limit_get, ["GET"]),
+            http.route("/token/{ns}/{token}/limit", self.limit_delete, ["DELETE"]),
+            http.route("/info", self.info, ["GET"]),
+            http.route("/version", self.version, ["GET"]),
+            http.route("/pools", self.pools, ["GET"]),
+            http.route("/metrics", self.metrics, ["GET"]),
         ]
 
     # -- tokens ------------------------------------------------------------------

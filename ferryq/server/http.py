@@ -6,11 +6,13 @@ import itertools
 import logging
 import os
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferryq.errors import StoreError
@@ -21,6 +23,9 @@ log = logging.getLogger("ferryq.server")
 MAX_BODY_BYTES = 1 << 20
 NAME = re.compile(r"[-_A-Za-z0-9]+")
 MAX_NAME_LENGTH = 255
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class RequestTooLarge(Exception):
@@ -51,6 +56,16 @@ class RequestIds:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+def route(path: str, endpoint: Endpoint, methods: list[str]) -> Route:
+    """A route answering ``methods`` only. Starlette answers HEAD on every GET route
+    by running the GET, which for a consume leases a job and drops it; lmstfy's router
+    (gin) has no HEAD routes: HEAD is 404 ``api not found`` there, and so here."""
+    made = Route(path, endpoint, methods=methods)
+    if "HEAD" not in methods and made.methods is not None:
+        made.methods.discard("HEAD")
+    return made
 
 
 def error(status: int, text: str, key: str = "error") -> JSONResponse:

@@ -52,13 +52,13 @@ class LmstfyApi:
 
     def routes(self) -> list[Route]:
         def route(path: str, method: str, handler: Handler, *, token: bool = True) -> Route:
-            return Route(f"/api/{{ns}}/{{q}}{path}", self._guard(handler, token), methods=[method])
+            return http.route(f"/api/{{ns}}/{{q}}{path}", self._guard(handler, token), [method])
 
         return [
             route("", "PUT", self.publish),
             route("/bulk", "PUT", self.publish_bulk),
             route("/job/{job_id}", "PUT", self.republish),
-            Route("/api/{ns}/{q}", self.lmstfy_consume, methods=["GET"]),
+            http.route("/api/{ns}/{q}", self.lmstfy_consume, ["GET"]),
             route("/job/{job_id}", "DELETE", self.ack),
             route("/peek", "GET", self.peek_queue),
             route("/job/{job_id}", "GET", self.peek_job),

@@ -138,6 +138,40 @@ def test_an_unknown_route_or_wrong_method_on_the_admin_port_is_404(lm: Lmstfy) -
     lm.publish_ok("q", b"the token still works")
 
 
+HEAD_PATHS = [
+    "/api/NS/q",
+    "/api/NS/q,other",
+    "/api/NS/q/peek",
+    "/api/NS/q/job/ID",
+    "/api/NS/q/size",
+    "/api/NS/q/deadletter",
+    "/api/NS/q/deadletter/size",
+]
+ADMIN_HEAD_PATHS = ["/token/NS", "/token/NS/TOKEN/limit", "/info", "/version", "/pools", "/metrics"]
+
+
+def test_head_is_404_on_every_route_and_takes_no_job(lm: Lmstfy) -> None:
+    # lmstfy's router (gin) has no HEAD routes; a HEAD that ran a consume would lease
+    # a job and answer without it.
+    job_id = lm.publish_ok("q", b"kept", tries=2)
+
+    def check(path: str) -> None:
+        answer = lm.request("HEAD", path.replace("NS", lm.namespace).replace("ID", job_id))
+        assert answer.status_code == 404, answer.status_code
+
+    each(HEAD_PATHS, check)
+    with lm.server.admin_client() as admin:
+
+        def check_admin(path: str) -> None:
+            path = path.replace("NS", lm.namespace).replace("TOKEN", lm.token)
+            assert admin.head(path).status_code == 404
+
+        each(ADMIN_HEAD_PATHS, check_admin)
+    assert lm.size("q") == 1
+    assert lm.peek_job("q", job_id).json()["remain_tries"] == 2
+    assert lm.consume_ok("q")["job_id"] == job_id
+
+
 # -- malformed input ----------------------------------------------------------------
 
 
