@@ -39,6 +39,7 @@ MAX_COUNT = 100
 #: A consume blocks at most this long, whatever its timeout asks (it may ask again).
 MAX_BLOCK_SECONDS = 600
 MAX_DEAD_LIMIT = 10_000
+INT64_MAX = (1 << 63) - 1
 #: A body is bounded as it arrives (MAX_BODY_BYTES); stored as a JSON string it may grow:
 #: by a third as base64, up to six times as escaped text.
 ARGS_LIMIT = 6 * http.MAX_BODY_BYTES + 2
@@ -430,8 +431,13 @@ def _body_base64(args: Any, encoding: str | None) -> str | None:
 
 
 def _job_id(request: Request) -> int | None:
+    """The job id of the path; None for what cannot be one of ours: not decimal digits,
+    or beyond the int64 ids of the store (lmstfy answers those as unknown ids)."""
     raw = request.path_params.get("job_id", "")
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 19 else None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
+        return None
+    job_id = int(raw)
+    return job_id if job_id <= INT64_MAX else None
 
 
 def _dead_limit(request: Request) -> int | None:

@@ -217,6 +217,21 @@ def test_a_job_id_of_any_shape_is_handled_as_unknown(lm: Lmstfy) -> None:
     assert lm.consume_ok("q")["job_id"] == job_id
 
 
+def test_a_job_id_beyond_int64_is_handled_as_unknown(lm: Lmstfy) -> None:
+    job_id = lm.publish_ok("q", b"x")
+
+    def check(odd: str) -> None:
+        assert_error(lm.peek_job("q", odd), 404, "job not found")
+        assert lm.ack("q", odd).status_code == 204
+        republished = lm.republish("other", odd, b"new")
+        assert republished.status_code == 201, republished.text
+
+    each([str(1 << 63), "9999999999999999999", "18446744073709551616"], check)
+    assert lm.size("q") == 1
+    assert lm.size("other") == 3
+    assert lm.consume_ok("q")["job_id"] == job_id
+
+
 def test_job_ids_are_scoped_to_their_namespace(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"mine")
     namespace = f"{lm.namespace}-other"
