@@ -150,7 +150,7 @@ class LmstfyApi:
             items = jsonlib.loads(raw)
         except RequestTooLarge:
             return error(413, "body too large")
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser goes
             return error(400, "request body should be an array of objects")
         if not isinstance(items, list):
             return error(400, "request body should be an array of objects")

@@ -282,6 +282,16 @@ def test_bulk_that_is_not_an_array_is_refused(lm: Lmstfy) -> None:
     assert_untouched(lm, "q")
 
 
+def test_bulk_nested_too_deeply_to_parse_is_refused(lm: Lmstfy) -> None:
+    def check(body: bytes) -> None:
+        refused = lm.bulk("q", body)
+        assert_error(refused, 400, "request body should be an array of objects")
+
+    deep = 100_000
+    each([b"[" * deep + b"]" * deep, b'[{"a":' * deep + b"1" + b"}]" * deep], check)
+    assert_untouched(lm, "q")
+
+
 def test_bulk_with_an_element_over_one_mib_is_413_and_publishes_none(lm: Lmstfy) -> None:
     big = json.dumps({"a": "x" * MiB})
     body = f'[{{"small":1}},{big}]'.encode()
