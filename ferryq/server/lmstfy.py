@@ -147,12 +147,10 @@ class LmstfyApi:
             return options
         try:
             raw = await http.read_body(request, MAX_BULK * http.MAX_BODY_BYTES)
-            items = jsonlib.loads(raw)
         except RequestTooLarge:
             return error(413, "body too large")
-        except (ValueError, RecursionError):  # nested deeper than the parser goes
-            return error(400, "request body should be an array of objects")
-        if not isinstance(items, list):
+        items = _json_array(raw)
+        if items is None:
             return error(400, "request body should be an array of objects")
         if not items:
             return error(400, "no jobs")
@@ -318,6 +316,24 @@ def job_object(job: Job, now: float, *, new: bool = False) -> dict[str, Any]:
         attributes=http_meta.get("attributes"),
     )
     return body
+
+
+def _json_array(raw: bytes) -> list[Any] | None:
+    """The elements of a body that is a JSON array, or None.
+
+    Read as Go's decoder reads it where Python's is lenient: UTF-8 only (no byte order
+    mark, no UTF-16 or UTF-32, which ``json.loads`` guesses from bytes), and no ``NaN``
+    or ``Infinity``. A body nested deeper than the parser goes is refused too.
+    """
+    try:
+        parsed = jsonlib.loads(raw.decode("utf-8"), parse_constant=_not_json)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return parsed if isinstance(parsed, list) else None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def compact_elements(array: bytes) -> list[bytes]:

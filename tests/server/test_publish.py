@@ -292,6 +292,22 @@ def test_bulk_nested_too_deeply_to_parse_is_refused(lm: Lmstfy) -> None:
     assert_untouched(lm, "q")
 
 
+def test_bulk_refuses_non_finite_numbers_and_text_not_in_utf8(lm: Lmstfy) -> None:
+    # Non-finite numbers are not JSON; JSON text is UTF-8 without a byte order mark
+    # (ferryq holds the whole body to UTF-8, strings included).
+    array = '[{"a":1},"é"]'
+
+    def check(body: bytes) -> None:
+        refused = lm.bulk("q", body)
+        assert_error(refused, 400, "request body should be an array of objects")
+
+    bodies = [b"[NaN]", b"[Infinity, -Infinity]", b'[{"a":NaN}]', b"[1,-Infinity]",
+              b"\xef\xbb\xbf" + array.encode(), b'["\xff"]', b'[{"k":"\xc3"}]']  # fmt: skip
+    bodies += [array.encode(codec) for codec in ("utf-16", "utf-16-le", "utf-16-be", "utf-32")]
+    each(bodies, check)
+    assert_untouched(lm, "q")
+
+
 def test_bulk_with_an_element_over_one_mib_is_413_and_publishes_none(lm: Lmstfy) -> None:
     big = json.dumps({"a": "x" * MiB})
     body = f'[{{"small":1}},{big}]'.encode()
