@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json as jsonlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -298,6 +299,7 @@ class LmstfyApi:
 #: States in which lmstfy would no longer have the job: acked, destroyed or dropped.
 _GONE = frozenset({State.SUCCEEDED, State.CANCELLED, State.EXPIRED})
 _NO_TOKEN = Token("", "", "", "", 0.0)
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
 def job_object(job: Job, now: float, *, new: bool = False) -> dict[str, Any]:
@@ -413,12 +415,20 @@ def _publish_options(request: Request, ns: str, q: str) -> JobOptions | Response
 
 def _attributes(request: Request) -> dict[str, str] | Response | None:
     found: dict[str, str] = {}
-    for name, value in request.headers.items():
+    for raw_name, raw_value in request.headers.raw:
+        name = raw_name.decode("latin-1").lower()
         if name.startswith("job-attr-") and len(name) > len("job-attr-"):
-            found[name[len("job-attr-") :][:32]] = value[:128]
+            found[name[len("job-attr-") :][:32]] = _header_text(raw_value)[:128]
     if len(found) > MAX_ATTRIBUTES:
         return error(400, f"too many attributes, cannot exceed {MAX_ATTRIBUTES}")
     return found or None
+
+
+def _header_text(raw: bytes) -> str:
+    """A header value as the UTF-8 text the client sent (Starlette's ``headers`` decode
+    it as Latin-1), each byte that is not UTF-8 as U+FFFD, as Go's JSON encoder writes
+    it: surrogateescape gives each such byte a surrogate of its own."""
+    return _ESCAPED_BYTE.sub("\ufffd", raw.decode("utf-8", "surrogateescape"))
 
 
 def _with_encoding(options: JobOptions, encoding: str) -> JobOptions:

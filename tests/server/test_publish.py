@@ -206,6 +206,23 @@ def test_attribute_names_are_cut_to_32_and_values_to_128_characters(lm: Lmstfy) 
     assert lm.consume_ok("q")["attributes"] == {name.lower()[:32]: "v" * 128}
 
 
+def test_attribute_values_are_the_utf8_the_client_sent(lm: Lmstfy) -> None:
+    # Bytes that are not UTF-8 become U+FFFD one by one, as Go's JSON encoder writes them.
+    sent = {
+        b"Job-Attr-City": "Z\u00fcrich \u65e5\u672c \u2713".encode(),
+        b"Job-Attr-Long": ("\u00e9" * 200).encode(),
+        b"Job-Attr-Bad": b"a\xffb\xe2\x82",
+    }
+    headers = {b"X-Token": lm.token.encode(), **sent}
+    published = lm.http.put(lm.path("q"), content=b"x", headers=headers)
+    assert published.status_code == 201, published.text
+    assert lm.consume_ok("q")["attributes"] == {
+        "city": "Z\u00fcrich \u65e5\u672c \u2713",
+        "long": "\u00e9" * 128,
+        "bad": "a\ufffdb\ufffd\ufffd",
+    }
+
+
 def test_sixteen_attributes_are_accepted(lm: Lmstfy) -> None:
     headers = {f"Job-Attr-K{n}": str(n) for n in range(16)}
     lm.publish_ok("q", b"x", headers=headers)
