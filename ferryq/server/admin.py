@@ -56,12 +56,12 @@ class AdminApi:
 
     def routes(self) -> list[Route]:
         return [
-            http.route("/token/{ns}", self.token_create, ["POST"]),
-            http.route("/token/{ns}", self.token_list, ["GET"]),
-            http.route("/token/{ns}/{token}", self.token_delete, ["DELETE"]),
-            http.route("/token/{ns}/{token}/limit", self.limit_set, ["POST", "PUT"]),
-            http.route("/token/{ns}/{token}/limit", self.limit_get, ["GET"]),
-            http.route("/token/{ns}/{token}/limit", self.limit_delete, ["DELETE"]),
+            http.route("/token/{ns}", _in_namespace(self.token_create), ["POST"]),
+            http.route("/token/{ns}", _in_namespace(self.token_list), ["GET"]),
+            http.route("/token/{ns}/{token}", _in_namespace(self.token_delete), ["DELETE"]),
+            http.route("/token/{ns}/{token}/limit", _in_namespace(self.limit_set), ["POST", "PUT"]),
+            http.route("/token/{ns}/{token}/limit", _in_namespace(self.limit_get), ["GET"]),
+            http.route("/token/{ns}/{token}/limit", _in_namespace(self.limit_delete), ["DELETE"]),
             http.route("/info", self.info, ["GET"]),
             http.route("/version", self.version, ["GET"]),
             http.route("/pools", self.pools, ["GET"]),
@@ -72,8 +72,6 @@ class AdminApi:
 
     async def token_create(self, request: Request) -> Response:
         namespace = request.path_params["ns"]
-        if len(namespace) > http.MAX_NAME_LENGTH or not http.NAME.fullmatch(namespace):
-            return error(400, "namespace name contains forbidden characters")
         if request.query_params.get("pool", tokens.POOL) != tokens.POOL:
             return error(404, "pool not found")
         try:
@@ -81,12 +79,13 @@ class AdminApi:
         except http.RequestTooLarge:
             return error(413, "body too large")
         description = fields.get("description", "")
-        if not description or len(description) > 1024:
+        # PostgreSQL cannot store NUL in text (the token's hint is stored too).
+        if not description or len(description) > 1024 or "\x00" in description:
             return error(400, "invalid description")
         chosen = fields.get("token")
         if chosen is not None and len(chosen) < tokens.MIN_TOKEN_LENGTH:
             return error(400, "the user token was too short")
-        if chosen is not None and (len(chosen) > 256 or ":" in chosen):
+        if chosen is not None and (len(chosen) > 256 or ":" in chosen or "\x00" in chosen):
             return error(400, "invalid token")
         secret = chosen or tokens.generate()
         record = Token(namespace, tokens.digest(secret), description, tokens.hint(secret),
@@ -159,6 +158,19 @@ class AdminApi:
 
     async def pools(self, request: Request) -> Response:
         return http.json(200, [tokens.POOL])
+
+
+def _in_namespace(endpoint: http.Endpoint) -> http.Endpoint:
+    """The endpoint behind lmstfy's check of the namespace name every token route makes."""
+
+    async def checked(request: Request) -> Response:
+        namespace = request.path_params["ns"]
+        if len(namespace) > http.MAX_NAME_LENGTH or not http.NAME.fullmatch(namespace):
+            return error(400, "namespace name contains forbidden characters")
+        return await endpoint(request)
+
+    checked.__name__ = endpoint.__name__
+    return checked
 
 
 async def _fields(request: Request) -> dict[str, str]:

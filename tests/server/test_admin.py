@@ -138,6 +138,56 @@ def test_a_token_for_a_forbidden_namespace_name_is_refused(admin: httpx.Client) 
     each(["a.b", "a$b", "a b", "\u00e4"], check)
 
 
+def test_nul_characters_are_refused_with_lmstfys_messages(
+    server: ServerProcess, admin: httpx.Client
+) -> None:
+    # PostgreSQL cannot store NUL in text: refused before the store, on both backends.
+    namespace = new_namespace()
+    token = server.create_token(namespace, "kept")
+    chosen = f"a-token-{uuid.uuid4().hex}"
+    forbidden = "namespace name contains forbidden characters"
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("POST", f"/token/{namespace}", {"params": {"description": "a\x00b"}},
+         "invalid description"),
+        ("POST", f"/token/{namespace}", {"data": {"description": "a\x00b"}},
+         "invalid description"),
+        ("POST", f"/token/{namespace}", {"params": {"description": "d", "token": chosen + "\x00"}},
+         "invalid token"),
+        ("POST", f"/token/{namespace}", {"data": {"description": "d", "token": "\x00" + chosen}},
+         "invalid token"),
+        ("POST", f"/token/{namespace}%00", {"params": {"description": "d"}}, forbidden),
+        ("GET", f"/token/{namespace}%00", {}, forbidden),
+        ("DELETE", f"/token/{namespace}%00/{token}", {}, forbidden),
+        ("GET", f"/token/{namespace}%00/{token}/limit", {}, forbidden),
+        ("DELETE", f"/token/{namespace}%00/{token}/limit", {}, forbidden),
+        ("PUT", f"/token/{namespace}%00/{token}/limit",
+         {"json": {"read": 1, "write": 1, "interval": 1}}, forbidden),
+    ]  # fmt: skip
+
+    def check(case: tuple[str, str, dict[str, Any], str]) -> None:
+        method, path, sent, message = case
+        assert_error(admin.request(method, path, **sent), 400, message)
+
+    each(cases, check)
+    assert descriptions(admin, namespace) == ["kept"]
+    assert publishes(server, namespace, token) == 201
+
+
+def test_listing_or_deleting_in_a_forbidden_namespace_is_refused(
+    server: ServerProcess, admin: httpx.Client
+) -> None:
+    namespace = new_namespace()
+    token = server.create_token(namespace, "kept")
+    forbidden = "namespace name contains forbidden characters"
+
+    def check(bad: str) -> None:
+        assert_error(admin.get(f"/token/{bad}"), 400, forbidden)
+        assert_error(admin.delete(f"/token/{bad}/{token}"), 400, forbidden)
+
+    each(["a.b", "a$b", "a%20b", "\u00e4", "n" * 256], check)
+    assert publishes(server, namespace, token) == 201
+
+
 def test_namespace_names_up_to_255_characters(server: ServerProcess, admin: httpx.Client) -> None:
     longest = new_namespace() + "n" * (255 - len(new_namespace()))
     assert len(longest) == 255
