@@ -82,12 +82,12 @@ class AdminApi:
         # PostgreSQL cannot store NUL in text (the token's hint is stored too).
         if not description or len(description) > 1024 or "\x00" in description:
             return error(400, "invalid description")
-        chosen = fields.get("token")
+        chosen = fields.get("token") or None  # empty: one is generated, as lmstfy does
         if chosen is not None and len(chosen) < tokens.MIN_TOKEN_LENGTH:
             return error(400, "the user token was too short")
         if chosen is not None and (len(chosen) > 256 or ":" in chosen or "\x00" in chosen):
             return error(400, "invalid token")
-        secret = chosen or tokens.generate()
+        secret = tokens.generate() if chosen is None else chosen
         record = Token(namespace, tokens.digest(secret), description, tokens.hint(secret),
                        self.engine.now())  # fmt: skip
         if not await self.engine.store.token_create(record):

@@ -103,6 +103,26 @@ def test_a_chosen_token_of_20_characters_is_enough(admin: httpx.Client) -> None:
     assert created.status_code == 201, created.text
 
 
+def test_an_empty_chosen_token_means_one_is_generated(
+    server: ServerProcess, admin: httpx.Client
+) -> None:
+    def check(where: str) -> None:
+        namespace = new_namespace()
+        fields = {"description": "generated", "token": ""}
+        created = (
+            admin.post(f"/token/{namespace}", params=fields)
+            if where == "query"
+            else admin.post(f"/token/{namespace}", data=fields)
+        )
+        assert created.status_code == 201, created.text
+        token = created.json()["token"]
+        assert isinstance(token, str) and len(token) >= 20
+        assert descriptions(admin, namespace) == ["generated"]
+        assert publishes(server, namespace, token) == 201
+
+    each(["query", "form"], check)
+
+
 def test_a_chosen_token_under_20_characters_is_refused(admin: httpx.Client) -> None:
     namespace = new_namespace()
     created = admin.post(f"/token/{namespace}", params={"description": "d", "token": "t" * 19})
