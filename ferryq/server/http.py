@@ -120,6 +120,18 @@ def parse_uint(raw: str | None, default: int, bits: int) -> int | None:
     return value if value < (1 << bits) else None
 
 
+def parse_int(raw: str | None, default: int) -> int | None:
+    """A whole number as Go's ``ParseInt(s, 10, 64)`` reads it (an optional sign, then
+    ASCII digits, within int64); None when it is not one."""
+    if raw is None:
+        return default
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if not digits.isascii() or not digits.isdigit():
+        return None
+    value = int(raw)
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
 def name_error(namespace: str, queue: str) -> str | None:
     """lmstfy's checks of a namespace and a queue name, with its messages."""
     if len(namespace) > MAX_NAME_LENGTH or len(queue) > MAX_NAME_LENGTH:

@@ -39,7 +39,8 @@ MAX_BULK = 64
 MAX_COUNT = 100
 #: A consume blocks at most this long, whatever its timeout asks (it may ask again).
 MAX_BLOCK_SECONDS = 600
-MAX_DEAD_LIMIT = 10_000
+#: Dead-letter respawns and deletes work through this many jobs per statement.
+DEAD_BATCH = 1000
 INT64_MAX = (1 << 63) - 1
 #: A body is bounded as it arrives (MAX_BODY_BYTES); stored as a JSON string it may grow:
 #: by a third as base64, up to six times as escaped text.
@@ -277,19 +278,42 @@ class LmstfyApi:
         if ttl is None:
             return error(400, "invalid ttl")
         store, now = self.engine.store, self.engine.now()
-        ids = await store.dead_oldest(ns, q, limit)
-        moved = await store.job_respawn(ids, now, now + ttl if ttl else None, max_tries=1)
-        if moved:
+
+        async def respawn(ids: list[int]) -> int:
+            return len(await store.job_respawn(ids, now, now + ttl if ttl else None, max_tries=1))
+
+        count = await self._oldest_dead(ns, q, limit, respawn)
+        if count:
             self.engine.notify()
-        return http.json(200, {"msg": "respawned", "count": len(moved)})
+        return http.json(200, {"msg": "respawned", "count": count})
 
     async def dead_delete(self, request: Request, ns: str, q: str, token: Token) -> Response:
         limit = _dead_limit(request)
         if limit is None:
             return error(400, "invalid limit")
         store, now = self.engine.store, self.engine.now()
-        await store.job_purge(await store.dead_oldest(ns, q, limit), now)
+
+        async def purge(ids: list[int]) -> int:
+            return await store.job_purge(ids, now)
+
+        await self._oldest_dead(ns, q, limit, purge)
         return NO_CONTENT
+
+    async def _oldest_dead(
+        self, ns: str, q: str, limit: int, act: Callable[[list[int]], Awaitable[int]]
+    ) -> int:
+        """``act`` on the ``limit`` oldest dead jobs of the queue, DEAD_BATCH at a time
+        (each a statement of bounded size); how many it acted on."""
+        done = seen = 0
+        while seen < limit:
+            want = min(limit - seen, DEAD_BATCH)
+            ids = await self.engine.store.dead_oldest(ns, q, want)
+            acted = await act(ids) if ids else 0
+            done += acted
+            seen += len(ids)
+            if len(ids) < want or not acted:  # no more, or none of them could move
+                break
+        return done
 
     async def dead_size(self, request: Request, ns: str, q: str, token: Token) -> Response:
         size = await self.engine.store.queue_size(ns, q, State.DEAD)
@@ -467,9 +491,5 @@ def _job_id(request: Request) -> int | None:
 
 
 def _dead_limit(request: Request) -> int | None:
-    raw = request.query_params.get("limit", "1")
-    try:
-        limit = int(raw)
-    except ValueError:
-        return None
-    return min(limit, MAX_DEAD_LIMIT) if limit > 0 else None
+    limit = http.parse_int(request.query_params.get("limit"), 1)
+    return limit if limit is not None and limit > 0 else None

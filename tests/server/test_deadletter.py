@@ -80,7 +80,10 @@ def test_delete_removes_up_to_limit_dead_jobs(lm: Lmstfy) -> None:
     assert lm.size("q") == 0
 
 
-BAD_LIMITS = ["0", "-1", "abc", "", "1.5"]
+# Go's strconv.ParseInt(s, 10, 64) refuses all but an optional sign and ASCII digits
+# within int64; lmstfy also refuses a limit under 1.
+BAD_LIMITS = ["0", "-1", "abc", "", "1.5", " 1_0", "1_0", " 1", "1 ", "0x10", "1e3", "+", "-",
+              "\uff11", "\u0661", str(1 << 63), str(-(1 << 63) - 1), "9" * 40]  # fmt: skip
 BAD_TTLS = ["-1", "abc", "", "1.5"]
 
 
@@ -102,3 +105,16 @@ def test_an_invalid_limit_on_an_empty_dead_letter_is_still_refused(lm: Lmstfy) -
         assert_error(lm.delete_dead("q", limit=limit), 400, "invalid limit")
 
     each(BAD_LIMITS, check)
+
+
+def test_a_limit_is_read_as_gos_parseint_reads_it(lm: Lmstfy) -> None:
+    first, second, third = lm.make_dead("q", 3)
+    assert lm.respawn("q", limit="+1").json() == {"msg": "respawned", "count": 1}
+    assert lm.delete_dead("q", limit="+01").status_code == 204
+    assert lm.deadletter("q").json()["deadletter_head"] == third
+    largest = str((1 << 63) - 1)
+    assert lm.respawn("q", limit=largest).json() == {"msg": "respawned", "count": 1}
+    assert lm.dead_size("q") == 0
+    assert lm.delete_dead("q", limit=largest).status_code == 204
+    assert [lm.consume_ok("q")["job_id"] for _ in range(2)] == [first, third]
+    assert_error(lm.peek_job("q", second), 404, "job not found")  # deleted

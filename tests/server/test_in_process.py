@@ -1,0 +1,81 @@
+"""lmstfy routes served in this process, for what a test must control and a separate
+server process hides: the clock, the size of a dead-letter batch, and the moment a
+client goes away. Every other protocol test talks to a real server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+import ferryq
+from ferryq.server import lmstfy, tokens
+from ferryq.server.app import build_api
+from ferryq.server.engine import Engine
+from ferryq.store.base import Token
+from ferryq.worker.maintenance import Maintenance
+from tests.conftest import FrozenClock
+
+NAMESPACE = "ns"
+
+
+@dataclass
+class Served:
+    engine: Engine
+    api: httpx.AsyncClient
+    clock: FrozenClock
+
+    def path(self, queue: str, *rest: str) -> str:
+        return "/".join(["/api", NAMESPACE, queue, *rest])
+
+    async def dead_size(self, queue: str) -> int:
+        answer = await self.api.get(self.path(queue, "deadletter", "size"))
+        assert answer.status_code == 200, answer.text
+        return int(answer.json()["size"])
+
+    async def make_dead(self, queue: str, count: int) -> None:
+        """``count`` jobs with one try, consumed and let go: dead once their lease is over."""
+        for n in range(count):
+            published = await self.api.put(self.path(queue), content=f"{n}".encode())
+            assert published.status_code == 201, published.text
+        consumed = await self.api.get(self.path(queue), params={"count": count, "ttr": 1})
+        assert consumed.status_code == 200, consumed.text
+        self.clock.advance(2)
+        await Maintenance(self.engine.store, "test").tick(self.clock())
+        assert await self.dead_size(queue) == count
+
+
+@pytest.fixture
+async def served(backend_url: str, clock: FrozenClock) -> AsyncIterator[Served]:
+    app = ferryq.App(backend_url, clock=clock)
+    engine = Engine(app, maintenance=False)
+    await engine.start()
+    secret = tokens.generate()
+    record = Token(NAMESPACE, tokens.digest(secret), "tests", tokens.hint(secret), clock())
+    assert await engine.store.token_create(record)
+    transport = httpx.ASGITransport(app=build_api(engine))
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://ferryq", headers={"X-Token": secret}
+    ) as api:
+        yield Served(engine, api, clock)
+    engine.close()
+    await engine.stop()
+    app.close()
+
+
+async def test_respawn_and_delete_work_through_the_dead_letter_in_batches(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A limit is taken whole, as lmstfy takes it; the server bounds each statement.
+    monkeypatch.setattr(lmstfy, "DEAD_BATCH", 2)
+    await served.make_dead("q", 5)
+    respawned = await served.api.put(served.path("q", "deadletter"), params={"limit": 3})
+    assert respawned.json() == {"msg": "respawned", "count": 3}
+    assert await served.dead_size("q") == 2
+    deleted = await served.api.delete(served.path("q", "deadletter"), params={"limit": 4})
+    assert deleted.status_code == 204
+    assert await served.dead_size("q") == 0
+    size = await served.api.get(served.path("q", "size"))
+    assert size.json()["size"] == 3
