@@ -72,7 +72,7 @@ class AdminApi:
 
     async def token_create(self, request: Request) -> Response:
         namespace = request.path_params["ns"]
-        if request.query_params.get("pool", tokens.POOL) != tokens.POOL:
+        if http.query(request, "pool") not in (None, tokens.POOL):
             return error(404, "pool not found")
         try:
             fields = await _fields(request)
@@ -174,12 +174,13 @@ def _in_namespace(endpoint: http.Endpoint) -> http.Endpoint:
 
 
 async def _fields(request: Request) -> dict[str, str]:
-    """Query parameters, overridden by a form body (urlencoded), as lmstfy reads them."""
-    fields = dict(request.query_params)
+    """Query parameters, overridden by a form body (urlencoded), as lmstfy reads them;
+    the first value of a repeated one."""
+    fields = http.first_values(request.query_params.multi_items())
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("application/x-www-form-urlencoded"):
         body = (await http.read_body(request, 64 * 1024)).decode("utf-8", "replace")
-        fields.update(parse_qsl(body, keep_blank_values=True))
+        fields.update(http.first_values(parse_qsl(body, keep_blank_values=True)))
     return fields
 
 

@@ -6,7 +6,7 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -108,6 +108,21 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise RequestTooLarge
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def query(request: Request, name: str) -> str | None:
+    """The first value of a query parameter, as gin's ``Query`` reads a repeated one
+    (Starlette's ``query_params.get`` gives the last)."""
+    values = request.query_params.getlist(name)
+    return values[0] if values else None
+
+
+def first_values(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each name's first value, as Go's ``url.Values.Get`` reads a repeated one."""
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields
 
 
 def parse_uint(raw: str | None, default: int, bits: int) -> int | None:

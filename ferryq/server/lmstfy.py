@@ -94,7 +94,7 @@ class LmstfyApi:
         return endpoint
 
     async def _authorize(self, request: Request, namespace: str) -> Token | Response:
-        raw = request.headers.get("x-token") or request.query_params.get("token")
+        raw = request.headers.get("x-token") or http.query(request, "token")
         if not raw:
             return error(401, "token not found")
         pool, secret = split_pool(raw)
@@ -205,14 +205,13 @@ class LmstfyApi:
         return await self.consume(request, namespace, queues, found)
 
     async def consume(self, request: Request, ns: str, queues: list[str], token: Token) -> Response:
-        query = request.query_params
-        ttr = parse_uint(query.get("ttr"), DEFAULT_TTR, 32)
+        ttr = parse_uint(http.query(request, "ttr"), DEFAULT_TTR, 32)
         if ttr is None or ttr == 0:
             return error(400, "invalid ttr")
-        timeout = parse_uint(query.get("timeout"), 0, 32)
+        timeout = parse_uint(http.query(request, "timeout"), 0, 32)
         if timeout is None:
             return error(400, "invalid timeout")
-        count = parse_uint(query.get("count"), 1, 32)
+        count = parse_uint(http.query(request, "count"), 1, 32)
         if count is None or not 1 <= count <= MAX_COUNT:
             return error(400, "invalid count")
         if (refused := self._limited(token, "read")) is not None:
@@ -274,7 +273,7 @@ class LmstfyApi:
         limit = _dead_limit(request)
         if limit is None:
             return error(400, "invalid limit")
-        ttl = parse_uint(request.query_params.get("ttl"), DEFAULT_TTL, 32)
+        ttl = parse_uint(http.query(request, "ttl"), DEFAULT_TTL, 32)
         if ttl is None:
             return error(400, "invalid ttl")
         store, now = self.engine.store, self.engine.now()
@@ -412,14 +411,13 @@ def _string_end(text: bytes, start: int) -> int:
 
 
 def _publish_options(request: Request, ns: str, q: str) -> JobOptions | Response:
-    query = request.query_params
-    delay = parse_uint(query.get("delay"), 0, 32)
+    delay = parse_uint(http.query(request, "delay"), 0, 32)
     if delay is None:
         return error(400, "invalid delay")
-    ttl = parse_uint(query.get("ttl"), DEFAULT_TTL, 32)
+    ttl = parse_uint(http.query(request, "ttl"), DEFAULT_TTL, 32)
     if ttl is None:
         return error(400, "invalid ttl")
-    tries = parse_uint(query.get("tries"), DEFAULT_TRIES, 16)
+    tries = parse_uint(http.query(request, "tries"), DEFAULT_TRIES, 16)
     if tries is None:
         return error(400, "invalid tries")
     if 0 < ttl < delay:
@@ -491,5 +489,5 @@ def _job_id(request: Request) -> int | None:
 
 
 def _dead_limit(request: Request) -> int | None:
-    limit = http.parse_int(request.query_params.get("limit"), 1)
+    limit = http.parse_int(http.query(request, "limit"), 1)
     return limit if limit is not None and limit > 0 else None

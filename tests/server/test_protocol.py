@@ -208,6 +208,51 @@ def test_malformed_query_strings_are_4xx_and_change_nothing(lm: Lmstfy) -> None:
     assert lm.peek_job("q", job_id).json()["remain_tries"] == 3
 
 
+def test_a_repeated_query_parameter_counts_with_its_first_value(lm: Lmstfy) -> None:
+    # gin's Query gives the first value of a repeated parameter.
+    cases = [
+        ("PUT", "q", f"token=wrong-token-000000000&token={lm.token}", 401, "invalid token"),
+        ("PUT", "q", "delay=x&delay=1", 400, "invalid delay"),
+        ("PUT", "q", "ttl=x&ttl=10", 400, "invalid ttl"),
+        ("PUT", "q", "tries=0&tries=1", 400, "tries shouldn't be zero"),
+        ("PUT", "q/bulk", "tries=x&tries=1", 400, "invalid tries"),
+        ("PUT", "q/job/1", "delay=10&ttl=5&delay=1", 400, "ttl is shorter than delay"),
+        ("GET", "q", "ttr=x&ttr=1", 400, "invalid ttr"),
+        ("GET", "q", "timeout=x&timeout=0", 400, "invalid timeout"),
+        ("GET", "q", "count=0&count=1", 400, "invalid count"),
+        ("PUT", "q/deadletter", "limit=x&limit=1", 400, "invalid limit"),
+        ("PUT", "q/deadletter", "ttl=x&ttl=1", 400, "invalid ttl"),
+        ("DELETE", "q/deadletter", "limit=0&limit=1", 400, "invalid limit"),
+    ]
+
+    def check(case: tuple[str, str, str, int, str]) -> None:
+        method, where, query, status, message = case
+        token = {} if "token=" in query else {"X-Token": lm.token}
+        url = f"/api/{lm.namespace}/{where}?{query}"
+        answer = lm.http.request(method, url, content=b'[{"a":1}]', headers=token)
+        assert_error(answer, status, message)
+
+    each(cases, check)
+    assert lm.size("q") == 0
+    first = lm.http.put(f"{lm.path('q')}?token={lm.token}&token=wrong&delay=0&delay=x")
+    assert first.status_code == 201, first.text
+
+
+def test_a_repeated_admin_parameter_counts_with_its_first_value(lm: Lmstfy) -> None:
+    chosen = f"a-chosen-token-{lm.namespace}"
+    with lm.server.admin_client() as admin:
+        path = f"/token/{lm.namespace}"
+        assert_error(admin.post(f"{path}?description=&description=d"), 400, "invalid description")
+        assert_error(admin.post(path, content=b"description=&description=d",
+                                headers={"Content-Type": "application/x-www-form-urlencoded"}),
+                     400, "invalid description")  # fmt: skip
+        assert_error(admin.post(f"{path}?description=d&token=short&token={chosen}"),
+                     400, "the user token was too short")  # fmt: skip
+        assert_error(admin.post(f"{path}?description=d&pool=other&pool=default"),
+                     404, "pool not found")  # fmt: skip
+        assert len(admin.get(path).json()["tokens"]) == 1
+
+
 def test_a_job_id_of_any_shape_is_handled_as_unknown(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"x")
     for odd in ("%20", "1.5", "1e3", "0x1", "' OR 1=1 --", "\u00e9", "9" * 400):
