@@ -308,6 +308,18 @@ def test_malformed_or_oversized_bodies_are_refused(v1: V1) -> None:
     assert v1.jobs() == {"jobs": [], "next": None}
 
 
+def test_a_json_body_that_is_not_utf8_is_malformed_json(v1: V1) -> None:
+    # JSON text is UTF-8 (RFC 8259); json.loads would also guess UTF-16 and UTF-32 from
+    # the NUL bytes of their ASCII characters.
+    for path, text in (("/jobs", b'{"task":"t"}'), ("/jobs/batch", b'{"task":"t","args":[[]]}')):
+        bodies = [text.replace(b'"t"', b'"\xff"'), text.replace(b'"t"', b'"t\xc3"'),
+                  text.decode().encode("utf-16-le"), text.decode().encode("utf-32")]  # fmt: skip
+        for body in bodies:
+            answer = v1.http.post(path, content=body, headers={"content-type": "application/json"})
+            assert "the body is not valid JSON" in refused(answer, 422), (path, body)
+    assert v1.jobs() == {"jobs": [], "next": None}
+
+
 @pytest.mark.parametrize(
     "path",
     ["/jobs?limit=0", "/jobs?limit=1001", "/jobs?state=lost", "/jobs?after=0", "/jobs?queue=a b",
