@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
+from typing import Any
 
 from ferryq.app import App
 from ferryq.handle import JobHandle
@@ -22,7 +23,7 @@ from ferryq.job import Job
 from ferryq.policy import JobOptions
 from ferryq.server.batching import Coalescer, split
 from ferryq.server.tokens import RateLimiter, TokenCache
-from ferryq.store.base import Store
+from ferryq.store.base import Finish, Store
 from ferryq.worker.maintenance import MaintenanceLoop
 
 log = logging.getLogger("ferryq.server")
@@ -102,10 +103,17 @@ class Engine:
         self._changed = asyncio.Event()
 
     async def take(
-        self, namespace: str, queues: Sequence[str], count: int, ttr: float, timeout: float
+        self,
+        namespace: str,
+        queues: Sequence[str],
+        count: int,
+        ttr: float,
+        timeout: float,
+        gone: asyncio.Event | None = None,
     ) -> list[Job]:
         """Lease up to ``count`` jobs, trying the queues in the order given; with nothing
-        ready, wait up to ``timeout`` seconds for the first one."""
+        ready, wait up to ``timeout`` seconds for the first one. Once ``gone`` is set
+        (the consumer went away) the wait ends empty-handed."""
         taken = await self._take_now(namespace, queues, count, ttr)
         if taken or timeout <= 0:
             return taken
@@ -113,18 +121,27 @@ class Engine:
         deadline = loop.time() + timeout
         self._waiting += 1
         self._ensure_watcher()
+        consumer_gone = asyncio.ensure_future((gone or asyncio.Event()).wait())
         try:
             while not self.closing and (left := deadline - loop.time()) > 0:
-                changed = self._changed
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(left, RECHECK_SECONDS)):
-                        await changed.wait()
+                await _changed_or(self._changed, consumer_gone, min(left, RECHECK_SECONDS))
+                if consumer_gone.done():
+                    break
                 taken = await self._take_now(namespace, queues, 1, ttr)
                 if taken:
                     return taken
             return []
         finally:
+            consumer_gone.cancel()
             self._waiting -= 1
+
+    async def give_back(self, jobs: Sequence[Job]) -> None:
+        """Return taken jobs that no consumer received: ready again where they were,
+        their try not charged (as a worker shutting down returns jobs it did not start)."""
+        now = self.now()
+        returned = [Finish("returned", job.id, job.fence, now, lane=job.lane) for job in jobs]
+        await self.store.job_finish_many(returned)
+        self.notify()
 
     async def _take_now(
         self, namespace: str, queues: Sequence[str], count: int, ttr: float
@@ -196,3 +213,12 @@ class Engine:
                 # A store reports the change again, without waiting, until the next take
                 # has looked: let the consumers just woken take first.
                 await asyncio.sleep(WAKE_SPACING)
+
+
+async def _changed_or(changed: asyncio.Event, gone: asyncio.Future[Any], within: float) -> None:
+    """Wait until ``changed`` is set, ``gone`` is done, or ``within`` seconds pass."""
+    change = asyncio.ensure_future(changed.wait())
+    try:
+        await asyncio.wait((change, gone), timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        change.cancel()

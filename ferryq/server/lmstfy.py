@@ -9,8 +9,10 @@ ack ends the job as succeeded. Job ids are ferryq's ids, as decimal strings.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import json as jsonlib
 import re
 from collections.abc import Awaitable, Callable
@@ -216,7 +218,7 @@ class LmstfyApi:
             return error(400, "invalid count")
         if (refused := self._limited(token, "read")) is not None:
             return refused
-        jobs = await self.engine.take(ns, queues, count, ttr, min(timeout, MAX_BLOCK_SECONDS))
+        jobs = await self._take(request, ns, queues, count, ttr, min(timeout, MAX_BLOCK_SECONDS))
         if not jobs:
             self.engine.limiter.refund(token, "read")
             return error(404, "no job available", key="msg")
@@ -227,6 +229,26 @@ class LmstfyApi:
         if count == 1:
             return http.json(200, job_object(jobs[0], now, new=True))
         return http.json(200, [job_object(job, now, new=True) for job in jobs])
+
+    async def _take(
+        self, request: Request, ns: str, queues: list[str], count: int, ttr: int, timeout: int
+    ) -> list[Job]:
+        """Engine.take, watching the connection while it waits: a client that goes away
+        ends the wait, and jobs taken by then go back (nobody would receive them)."""
+        if timeout <= 0:
+            return await self.engine.take(ns, queues, count, ttr, timeout)
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_until_disconnected(request, gone))
+        try:
+            jobs = await self.engine.take(ns, queues, count, ttr, timeout, gone)
+            if jobs and gone.is_set():
+                await self.engine.give_back(jobs)
+                return []
+            return jobs
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
     async def ack(self, request: Request, ns: str, q: str, token: Token) -> Response:
         job_id = _job_id(request)
@@ -323,6 +345,14 @@ class LmstfyApi:
 _GONE = frozenset({State.SUCCEEDED, State.CANCELLED, State.EXPIRED})
 _NO_TOKEN = Token("", "", "", "", 0.0)
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+async def _until_disconnected(request: Request, gone: asyncio.Event) -> None:
+    """Set ``gone`` when the client closes the connection (ASGI's ``http.disconnect``).
+    A consume has no use for a body: its ``http.request`` messages are passed over."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
 
 
 def job_object(job: Job, now: float, *, new: bool = False) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from starlette.types import ASGIApp, Message
 
 import ferryq
 from ferryq.server import lmstfy, tokens
@@ -24,7 +25,9 @@ NAMESPACE = "ns"
 @dataclass
 class Served:
     engine: Engine
+    asgi: ASGIApp
     api: httpx.AsyncClient
+    token: str
     clock: FrozenClock
 
     def path(self, queue: str, *rest: str) -> str:
@@ -55,11 +58,13 @@ async def served(backend_url: str, clock: FrozenClock) -> AsyncIterator[Served]:
     secret = tokens.generate()
     record = Token(NAMESPACE, tokens.digest(secret), "tests", tokens.hint(secret), clock())
     assert await engine.store.token_create(record)
-    transport = httpx.ASGITransport(app=build_api(engine))
+    asgi = build_api(engine)
     async with httpx.AsyncClient(
-        transport=transport, base_url="http://ferryq", headers={"X-Token": secret}
+        transport=httpx.ASGITransport(app=asgi),
+        base_url="http://ferryq",
+        headers={"X-Token": secret},
     ) as api:
-        yield Served(engine, api, clock)
+        yield Served(engine, asgi, api, secret, clock)
     engine.close()
     await engine.stop()
     app.close()
@@ -79,3 +84,33 @@ async def test_respawn_and_delete_work_through_the_dead_letter_in_batches(
     assert await served.dead_size("q") == 0
     size = await served.api.get(served.path("q", "size"))
     assert size.json()["size"] == 3
+
+
+async def test_a_job_taken_for_a_consumer_already_gone_goes_back(served: Served) -> None:
+    # The client sent a blocking consume and closed the connection at once; a job was
+    # ready, so the take found it before the server could answer.
+    published = await served.api.put(served.path("q"), content=b"x", params={"tries": 2})
+    job_id = published.json()["job_id"]
+    messages: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
+    answered: list[Message] = []
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        answered.append(message)
+
+    path = served.path("q")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "query_string": b"timeout=10&ttr=600", "client": ("127.0.0.1", 1),
+        "server": ("ferryq", 80),
+        "headers": [(b"host", b"ferryq"), (b"x-token", served.token.encode())],
+    }  # fmt: skip
+    await served.asgi(scope, receive, send)
+    assert answered[0]["status"] == 404  # to nobody
+    peeked = await served.api.get(served.path("q", "job", job_id))
+    assert peeked.json()["remain_tries"] == 2
+    consumed = await served.api.get(served.path("q"))
+    assert (consumed.json()["job_id"], consumed.json()["remain_tries"]) == (job_id, 1)

@@ -11,11 +11,20 @@ own: a server that mishandles one cannot take the other modules' tests down with
 
 from __future__ import annotations
 
+import socket
 import time
 from contextlib import ExitStack
+from urllib.parse import urlsplit
 
 import ferryq
-from tests.server.harness import Lmstfy, assert_error, assert_no_job, b64, wait_until
+from tests.server.harness import (
+    HTTP_TIMEOUT,
+    Lmstfy,
+    assert_error,
+    assert_no_job,
+    b64,
+    wait_until,
+)
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
 LATE = 1.25  # "within about a second", plus the round trips
@@ -94,6 +103,24 @@ def test_count_over_one_with_jobs_ready_does_not_wait_for_more(lm: Lmstfy) -> No
     assert consumed.status_code == 200, consumed.text
     assert [job["job_id"] for job in consumed.json()] == ids
     assert took < 1, f"answered after {took:.2f} s with jobs ready"
+
+
+def test_a_consumer_that_goes_away_while_waiting_takes_no_job(lm: Lmstfy) -> None:
+    # A job taken for a closed connection would stay leased until its ttr, unseen.
+    url = urlsplit(lm.server.api)
+    assert url.hostname is not None and url.port is not None
+    assert lm.size("q") == 0 and lm.peek("other").status_code == 404  # the token is known
+    head = f"Host: {url.netloc}\r\nX-Token: {lm.token}\r\n\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=HTTP_TIMEOUT) as gone:
+        gone.sendall(f"GET /healthz HTTP/1.1\r\n{head}".encode())
+        assert gone.recv(4096).startswith(b"HTTP/1.1 200")  # the server reads this socket
+        gone.sendall(f"GET {lm.path('q')}?timeout=10&ttr=600 HTTP/1.1\r\n{head}".encode())
+        # Another consume of the queue, answered after the first one has looked at it
+        # (the store serves them in order) and gone to wait.
+        assert_no_job(lm.consume("q"))
+    job_id = lm.publish_ok("q", b"for a live consumer", tries=2)
+    consumed = lm.consume_ok("q", timeout=5)
+    assert (consumed["job_id"], consumed["remain_tries"]) == (job_id, 1)
 
 
 # -- delays and leases ---------------------------------------------------------------
