@@ -60,6 +60,8 @@ def check_rule(pattern: str, limit: int, on_dead: str) -> LaneRule:
     """A validated rule; ValueError naming what is wrong."""
     if not isinstance(pattern, str) or not 0 < len(pattern) <= MAX_LANE_LENGTH:
         raise ValueError(f"lane pattern must be 1 to {MAX_LANE_LENGTH} characters")
+    if "\x00" in pattern:
+        raise ValueError("lane pattern must not contain NUL characters")
     if "*" in pattern[:-1]:
         raise ValueError(f"lane pattern {pattern!r}: '*' may only end a pattern (tenant:*)")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:

@@ -9,6 +9,7 @@ fetches it every few seconds and swaps it in.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import TERMINAL_STATES, Job, State
 from ferryq.lanes import check_rule
+from ferryq.policy import NAME_RE
 from ferryq.server import http, tokens
 from ferryq.server.engine import Engine
 from ferryq.store.base import JobFilter
@@ -58,8 +60,12 @@ ACTIONS = {  # action -> (states it applies to, verb shown)
     "cancel": (frozenset(State) - TERMINAL_STATES, "Cancel"),
 }
 NOTICES = {"respawn": "Respawned {n} job(s).", "purge": "Purged {n} job(s).",
-           "cancel": "Cancelled {n} job(s).", "rule": "Lane rule saved.",
-           "rule-deleted": "Lane rule removed."}  # fmt: skip
+           "cancel": "Cancelled {n} job(s).",
+           "cancel-requested": "Cancel requested for {n} running job(s): each ends when its "
+                               "handler stops.",
+           "rule": "Lane rule saved.", "rule-deleted": "Lane rule removed."}  # fmt: skip
+INT64_MAX = (1 << 63) - 1
+log = logging.getLogger("ferryq.dashboard")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Page = Callable[[Request, Viewer], Awaitable[Response]]
@@ -137,6 +143,11 @@ class Dashboard:
                 return await handler(request, viewer)
             except BadInput as exc:
                 return self.render_error(request, 400, str(exc), viewer)
+            except Exception:
+                # Answered here, not by Starlette's last resort: a page with the
+                # dashboard's headers, on a connection that stays usable.
+                log.exception("dashboard page %s failed", request.url.path)
+                return self.render_error(request, 500, "Something went wrong; it is logged.")
 
         return endpoint
 
@@ -175,7 +186,7 @@ class Dashboard:
         """The namespace a page shows: the token's, or the one the admin picked (or all)."""
         if viewer.namespace is not None:
             return viewer.namespace
-        return _name(request.query_params.get("ns", "")) or None
+        return _namespace(request.query_params.get("ns", "")) or None
 
     # -- pages -------------------------------------------------------------------
 
@@ -227,7 +238,7 @@ class Dashboard:
 
     async def job(self, request: Request, viewer: Viewer) -> Response:
         job_id: int = request.path_params["job_id"]
-        job = await self._visible(viewer, job_id)
+        job = await self._visible(viewer, job_id) if job_id <= INT64_MAX else None
         if job is None:
             return self.render_error(request, 404, f"No job {job_id} here.", viewer)
         try:
@@ -254,10 +265,12 @@ class Dashboard:
                            fragment="fragments/dead.html", jobs=page, f=filters, older=older,
                            newest=newest, back=back)  # fmt: skip
 
-    async def lanes(self, request: Request, viewer: Viewer, error: str | None = None) -> Response:
+    async def lanes(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer) or "default"
         data = await views.lanes_page(self.engine.store, namespace)
-        return self.render(request, viewer, "lanes.html", 400 if error else 200, title="Lanes",
+        # A refused lane rule comes back here by redirect, with the reason.
+        error = request.query_params.get("rule_error", "")[:300] or None
+        return self.render(request, viewer, "lanes.html", title="Lanes",
                            active="lanes", fragment="fragments/lanes.html", l=data,
                            ns=namespace, error=error,
                            back=f"{self.base}/lanes?{urlencode({'ns': namespace})}")  # fmt: skip
@@ -290,41 +303,49 @@ class Dashboard:
             return self.render(request, viewer, "confirm.html", title=f"{verb}?", active="",
                                action=name, verb=verb, jobs=eligible,
                                skipped=len(ids) - len(eligible), back=back)  # fmt: skip
-        done = await self._act(name, [job.id for job in eligible])
+        done, notice = await self._act(name, [job.id for job in eligible])
         joiner = "&" if "?" in back else "?"
-        return RedirectResponse(f"{back}{joiner}{urlencode({'done': name, 'n': done})}", 303)
+        return RedirectResponse(f"{back}{joiner}{urlencode({'done': notice, 'n': done})}", 303)
 
-    async def _act(self, name: str, ids: list[int]) -> int:
+    async def _act(self, name: str, ids: list[int]) -> tuple[int, str]:
+        """Do it; how many jobs it changed, and the notice that says so."""
         app = self.engine.app
         if not ids:
-            return 0
+            return 0, name
         if name == "respawn":
-            return len(await app.respawn_async(ids))
+            return len(await app.respawn_async(ids)), name
         if name == "purge":
-            return await app.purge_async(ids)
-        cancelled = 0
+            return await app.purge_async(ids), name
+        cancelled, requested = 0, 0
         for job_id in ids:
             try:
-                await app.cancel_async(job_id)
-                cancelled += 1
+                job = await app.cancel_async(job_id)
             except FerryqError:
                 continue  # finished meanwhile
-        return cancelled
+            if job.state == State.CANCELLED:
+                cancelled += 1
+            else:  # running: its handler is asked to stop
+                requested += 1
+        return (requested, "cancel-requested") if requested else (cancelled, name)
 
     async def lane_rule(self, request: Request, viewer: Viewer) -> Response:
         form: Form = request.state.form
-        namespace = viewer.namespace or _name(form.get("ns")) or "default"
-        pattern = form.get("pattern").strip()
+        namespace = viewer.namespace or _namespace(form.get("ns")) or "default"
+        pattern = _text(form.get("pattern").strip())
         store, now = self.engine.store, self.engine.now()
         back = f"{self.base}/lanes?{urlencode({'ns': namespace})}"
-        if form.get("op") == "delete":
-            await store.lane_rule_delete(namespace, pattern, now)
-            return RedirectResponse(f"{back}&done=rule-deleted", 303)
+        op = form.get("op") or "set"
+        if op not in ("set", "delete"):
+            raise BadInput(f"unknown operation {op[:40]!r}")
         try:
+            if op == "delete":
+                if not await store.lane_rule_delete(namespace, pattern, now):
+                    raise ValueError(f"no lane rule {pattern[:80]!r} in {namespace}")
+                return RedirectResponse(f"{back}&done=rule-deleted", 303)
             rule = check_rule(pattern, _int(form.get("limit")) or 0, form.get("on_dead"))
         except ValueError as exc:
-            request.scope["query_string"] = urlencode({"ns": namespace}).encode()
-            return await self.lanes(request, viewer, error=str(exc))
+            # Back to the lanes page, which shows why (and which a reload does not post).
+            return RedirectResponse(f"{back}&{urlencode({'rule_error': str(exc)[:300]})}", 303)
         await store.lane_rule_set(namespace, rule, now)
         return RedirectResponse(f"{back}&done=rule", 303)
 
@@ -418,19 +439,28 @@ def _name(raw: str) -> str:
     value = raw.strip()
     if len(value) > http.MAX_NAME_LENGTH:
         raise BadInput(f"at most {http.MAX_NAME_LENGTH} characters in a name")
+    return _text(value)
+
+
+def _namespace(raw: str) -> str:
+    value = _name(raw)
+    if value and not NAME_RE.fullmatch(value):
+        raise BadInput("a namespace is letters, digits and -_.: only")
     return value
 
 
 def _text(raw: str) -> str:
     if len(raw) > MAX_TEXT:
         raise BadInput(f"at most {MAX_TEXT} characters to search for")
+    if "\x00" in raw:
+        raise BadInput("NUL characters cannot be searched for or stored")
     return raw
 
 
 def _int(raw: str | None) -> int | None:
     if raw is None or raw == "":
         return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > INT64_MAX:
         raise BadInput(f"not a whole number: {raw[:40]!r}")
     return int(raw)
 
@@ -444,15 +474,22 @@ def _job_id(raw: str) -> int:
 
 def _back(raw: str, base: str) -> str:
     """Where to go after an action: a dashboard path, never another site."""
-    if raw.startswith(f"{base}/") and "//" not in raw and "\\" not in raw:
-        return raw
-    return f"{base}/dead"
+    return raw if _in_dashboard(raw, base) else f"{base}/dead"
 
 
 def _next(raw: str | None, base: str) -> str:
-    if raw and (raw == base or raw.startswith(f"{base}/")) and "//" not in raw and "\\" not in raw:
-        return raw
-    return f"{base}/"
+    return raw if raw and (raw == base or _in_dashboard(raw, base)) else f"{base}/"
+
+
+def _in_dashboard(raw: str, base: str) -> bool:
+    """A path below ``base`` that cannot leave it (no ``..``, no other host)."""
+    path = raw.split("?", 1)[0]
+    return (
+        raw.startswith(f"{base}/")
+        and "//" not in raw
+        and "\\" not in raw
+        and ".." not in path.split("/")
+    )
 
 
 def _same_origin(request: Request) -> bool:

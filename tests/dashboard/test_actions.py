@@ -139,3 +139,21 @@ def test_cancel_a_job_that_has_not_run(admin: Page, dash: Dash, app: ferryq.App)
     admin.click("#confirm")
     expect(admin.locator(".notice")).to_have_text("Cancelled 1 job(s).")
     assert app.get_job(job).state == "cancelled"
+
+
+def test_cancel_a_running_job_says_it_is_requested(
+    admin: Page, dash: Dash, app: ferryq.App
+) -> None:
+    job = app.tasks["send"].options(queue="held").enqueue("busy@example.com").id
+
+    async def claim() -> None:  # a worker has it now, as far as the database knows
+        store = await app.store()
+        (claimed,) = await store.job_claim(app.namespace, ["held"], 1, "w1", app.clock())
+        assert claimed.id == job
+
+    app.portal_call(claim())
+    admin.goto(dash.url(f"/ui/jobs/{job}"))
+    admin.get_by_role("button", name="Cancel…").click()
+    admin.click("#confirm")
+    expect(admin.locator(".notice")).to_contain_text("Cancel requested for 1 running job(s)")
+    assert app.get_job(job).state == "running"

@@ -213,3 +213,31 @@ def _csrf(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found is not None, html[:500]
     return found[1]
+
+
+def test_bad_input_is_a_400_that_changes_nothing(dash: Dash) -> None:
+    with signed_in_client(dash) as client:
+        csrf = _csrf(client.get("/ui/").text)
+        beyond = "9999999999999999999"  # past the largest id a database holds
+        for path in (f"/ui/jobs?after={beyond}", f"/ui/dead?after={beyond}", "/ui/jobs?queue=%00",
+                     "/ui/jobs?task=%00", "/ui/jobs?lane=%00", "/ui/jobs?q=%00", "/ui/jobs?ns=%00",
+                     "/ui/dead?queue=%00", "/ui/lanes?ns=%00", "/ui/?ns=bad%20ns"):  # fmt: skip
+            answer = client.get(path)
+            assert answer.status_code == 400, (path, answer.status_code)
+            assert "content-security-policy" in answer.headers
+        assert client.get("/ui/jobs/9223372036854775808").status_code == 404
+        purge = {"csrf": csrf, "action": "purge", "confirm": "yes", "ids": beyond}
+        assert client.post("/ui/actions", data=purge).status_code == 400
+        for form in ({"pattern": "p\x00q", "limit": "1", "on_dead": "halt"},
+                     {"ns": "bad ns/<x>", "pattern": "p", "limit": "1", "on_dead": "halt"},
+                     {"pattern": "p", "limit": "1", "on_dead": "halt", "op": "bogus"}):  # fmt: skip
+            answer = client.post("/ui/lanes/rules", data={"csrf": csrf, **form})
+            assert answer.status_code == 400, form
+        # A rule refused, or a rule to remove that is not there: the lanes page says why.
+        for form in ({"pattern": "bad*x", "limit": "1", "on_dead": "halt"},
+                     {"pattern": "never-set", "op": "delete"}):  # fmt: skip
+            refused = client.post("/ui/lanes/rules", data={"csrf": csrf, **form})
+            assert refused.status_code == 303 and "rule_error" in refused.headers["location"]
+            shown = client.get(refused.headers["location"])
+            assert shown.status_code == 200 and 'class="error"' in shown.text
+        assert "dead since" in client.get(f"/ui/jobs/{dash.story.dead}").text
