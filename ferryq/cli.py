@@ -36,6 +36,8 @@ from ferryq.store import safe_url
 
 #: Jobs per page when an operation walks every dead job (``--all``).
 PAGE = 500
+#: A job id as both backends store it: a positive signed 64-bit integer.
+JOB_ID = click.IntRange(1, 2**63 - 1)
 # A worker process hands the interpreter from thread to thread every millisecond
 # rather than Python's default five: the SQLite store writes from a thread of its own,
 # and after each statement that thread must win the interpreter back from a busy
@@ -332,7 +334,7 @@ def jobs() -> None:
 @click.option("--lane")
 @click.option("--text", help="Substring of the job's arguments.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--after", type=int, metavar="ID", help="Page on: jobs older than ID.")
+@click.option("--after", type=JOB_ID, metavar="ID", help="Page on: jobs older than ID.")
 @json_option
 @click.pass_context
 def jobs_ls(
@@ -359,7 +361,7 @@ def print_jobs(found: Sequence[Job], limit: int, as_json: bool) -> None:
 
 
 @jobs.command("show")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @json_option
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
@@ -372,7 +374,7 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("explain")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @json_option
 @click.pass_context
 def jobs_explain(ctx: click.Context, job_id: int, as_json: bool) -> None:
@@ -385,7 +387,7 @@ def jobs_explain(ctx: click.Context, job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("cancel")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @json_option
 @click.pass_context
 def jobs_cancel(ctx: click.Context, job_id: int, as_json: bool) -> None:
@@ -400,7 +402,7 @@ def jobs_cancel(ctx: click.Context, job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("retry")
-@click.argument("job_ids", metavar="ID...", type=int, nargs=-1, required=True)
+@click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1, required=True)
 @click.pass_context
 def jobs_retry(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
     """Queue dead, cancelled or expired jobs again with a fresh try count."""
@@ -421,7 +423,7 @@ def dead() -> None:
 @dead.command("ls")
 @click.option("--queue")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--after", type=int, metavar="ID", help="Page on: jobs older than ID.")
+@click.option("--after", type=JOB_ID, metavar="ID", help="Page on: jobs older than ID.")
 @json_option
 @click.pass_context
 def dead_ls(
@@ -437,7 +439,7 @@ queue_option = click.option("--queue", help="With --all: only this queue.")
 
 
 @dead.command("respawn")
-@click.argument("job_ids", metavar="ID...", type=int, nargs=-1)
+@click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1)
 @all_option
 @queue_option
 @click.pass_context
@@ -456,7 +458,7 @@ def dead_respawn(
 
 
 @dead.command("purge")
-@click.argument("job_ids", metavar="ID...", type=int, nargs=-1)
+@click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1)
 @all_option
 @queue_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")

@@ -221,6 +221,29 @@ def test_an_unknown_job_is_not_found(ferryq: Run, command: list[str]) -> None:
     assert failed(ferryq(*command, "999"), 1) == "Error: no job with id 999"
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "show"],
+        ["jobs", "explain"],
+        ["jobs", "cancel"],
+        ["jobs", "retry"],
+        ["dead", "respawn"],
+        ["dead", "purge", "--yes"],
+        ["jobs", "ls", "--after"],
+        ["dead", "ls", "--after"],
+    ],
+)
+@pytest.mark.parametrize("job_id", ["9223372036854775808", "0"])
+def test_a_job_id_beyond_what_the_database_stores_is_a_usage_error(
+    ferryq_each: Run, command: list[str], job_id: str
+) -> None:
+    result = ferryq_each(*command, job_id)
+    assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    assert "9223372036854775807" in result.stderr.strip().splitlines()[-1]
+
+
 def test_cancel_then_retry(ferryq: Run) -> None:
     job_id = enqueue(ferryq, "send", "[]")
     assert f"job {job_id} cancelled" in ok(ferryq("jobs", "cancel", str(job_id))).stdout
