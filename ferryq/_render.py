@@ -10,7 +10,6 @@ import enum
 import json
 import math
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -18,7 +17,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ferryq.insights import Explanation, Stats, when
+from ferryq.insights import Explanation, Stats, unix_time, utc_moment, when
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import LaneInfo, PeriodicState, Token
@@ -76,8 +75,11 @@ def short_when(ts: float | None, now: float) -> str:
     """A UTC time for lists: the time of day if it is today, else the date and minute."""
     if ts is None:
         return "-"
-    moment = datetime.fromtimestamp(ts, UTC)
-    if moment.date() == datetime.fromtimestamp(now, UTC).date():
+    moment = utc_moment(ts)
+    if moment is None:
+        return unix_time(ts)
+    today = utc_moment(now)
+    if today is not None and moment.date() == today.date():
         return moment.strftime("%H:%M:%S")
     return moment.strftime("%Y-%m-%d %H:%M")
 
@@ -93,7 +95,9 @@ def retry_text(policy: Mapping[str, Any]) -> str:
 def seconds(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.1f} s"
+    if abs(value) < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if abs(value) < 1e6 else f"{value:.3g} s"  # no 300 digits
 
 
 def _table(title: str | None = None) -> Table:

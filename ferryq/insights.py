@@ -44,7 +44,27 @@ def when(ts: float | None) -> str:
     """A timestamp as people read it in logs: ISO 8601, UTC, to the millisecond."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = utc_moment(ts)
+    if moment is None:
+        return unix_time(ts)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def utc_moment(ts: float) -> datetime | None:
+    """``ts`` (Unix seconds) as a UTC datetime, or None beyond the years 1 to 9999.
+
+    A stored time can be any float (a job enqueued with a huge delay before enqueue
+    bounded it, say); showing it must not fail.
+    """
+    try:
+        return datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def unix_time(ts: float) -> str:
+    """A time no calendar date can show, as its raw Unix seconds."""
+    return f"Unix time {ts:g}"
 
 
 async def explain(store: Store, job_id: int, now: float) -> Explanation:

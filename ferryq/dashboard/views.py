@@ -274,7 +274,8 @@ def seconds(value: float) -> str:
         return f"{value:.1f} s"
     if value < 7200:
         return f"{value / 60:.0f} min"
-    return f"{value / 3600:.1f} h"
+    hours = value / 3600
+    return f"{hours:.1f} h" if hours < 1e6 else f"{hours:.3g} h"  # far off: no 300 digits
 
 
 def ago(ts: float | None, now: float) -> str:

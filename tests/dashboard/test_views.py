@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from ferryq import insights
 from ferryq.dashboard import charts, views
 from ferryq.dashboard.auth import Sessions, Viewer
 from ferryq.dashboard.overviews import Overviews
@@ -183,3 +185,25 @@ def test_the_overview_page_says_it_is_counting_until_its_first_count() -> None:
         fragment="fragments/counting.html", ns="",
     )  # fmt: skip
     assert 'id="counting"' in page and 'id="live"' in page
+
+
+def test_a_job_page_shows_times_beyond_any_calendar() -> None:
+    far = job(7, State.SCHEDULED, created_at=NOW, run_at=1e300, expires_at=math.inf,
+              errors=[failure(-1e300, 1)])  # fmt: skip
+
+    class OneJob:
+        async def job_get(self, job_id: int) -> Job:
+            return far
+
+    explained = run(insights.explain(cast(Store, OneJob()), far.id, NOW)).message
+    assert explained == "job 7: scheduled until Unix time 1e+300"
+    engine = SimpleNamespace(app=SimpleNamespace(url="sqlite:///unused.db"), now=lambda: NOW)
+    dashboard = Dashboard(cast(Engine, engine), "admin:pw", "/ui")
+    page = dashboard.env.get_template("job.html").render(
+        viewer=Viewer("admin", None, "admin", "csrf-value"), now=NOW, title="Job 7",
+        active="jobs", notice=None, error=None, fragment="fragments/job.html", job=far,
+        explained=explained, events=views.timeline(far), back="/ui/jobs/7", actions=[],
+    )  # fmt: skip
+    assert "due Unix time 1e+300" in page
+    assert "Unix time inf" in page and "Unix time -1e+300" in page
+    assert views.ago(1e300, NOW) == "in 2.78e+296 h"

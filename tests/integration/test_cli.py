@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from ferryq.cli import WORKER_SWITCH_INTERVAL
@@ -204,6 +207,34 @@ def test_jobs_show_and_explain(ferryq: Run) -> None:
     assert explained["state"] == "scheduled"
     assert explained["reason"] == "scheduled"
     assert "scheduled until" in ok(ferryq("jobs", "explain", str(job_id))).stdout
+
+
+def store_times(url: str, job_id: int, **times: float) -> None:
+    """Write times into a stored job as they are, past every check of enqueue."""
+    assignments = ", ".join(f"{name} = %s" for name in times)
+    values = [*times.values(), job_id]
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as lite:
+            lite.execute(
+                f"UPDATE ferryq_jobs SET {assignments.replace('%s', '?')} WHERE id = ?", values
+            )
+        lite.close()
+    else:
+        with psycopg.connect(url) as pg:
+            pg.execute(f"UPDATE ferryq_jobs SET {assignments} WHERE id = %s", values)
+
+
+def test_jobs_at_times_beyond_any_calendar_are_shown(ferryq_each: Run, backend_url: str) -> None:
+    job_id = enqueue(ferryq_each, "send", "[]", "--delay", "60", "--ttl", "120")
+    store_times(backend_url, job_id, run_at=1e300, expires_at=math.inf, created_at=-1e300)
+    listed = ok(ferryq_each("jobs", "ls")).stdout
+    assert "due Unix time 1e+300" in listed
+    assert "Unix time -1e+300" in listed
+    page = ok(ferryq_each("jobs", "show", str(job_id))).stdout
+    assert "Unix time 1e+300" in page and "Unix time inf" in page
+    explained = ok(ferryq_each("jobs", "explain", str(job_id))).stdout
+    assert "scheduled until Unix time 1e+300" in explained
+    assert job(ferryq_each, job_id)["run_at"] == 1e300
 
 
 @pytest.mark.parametrize(
