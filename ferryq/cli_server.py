@@ -46,11 +46,13 @@ def server(
 ) -> None:
     """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
     url = server_url or get_app(ctx).url
-    # An empty secret is refused by check(), not ignored: a secret that failed to
-    # reach the environment would otherwise pass unseen (click drops empty variables).
+    # An empty secret or credential is refused by check(), not ignored: one that failed
+    # to reach the environment would otherwise pass unseen (click drops empty variables).
     if session_secret is None and os.environ.get("FERRYQ_SESSION_SECRET") == "":
         session_secret = ""
-    config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential or None,
+    if admin_credential is None and os.environ.get("FERRYQ_ADMIN_CREDENTIAL") == "":
+        admin_credential = ""
+    config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential,
                           session_secret)  # fmt: skip
     try:
         config.check()

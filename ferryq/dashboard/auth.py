@@ -69,6 +69,8 @@ class Sessions:
         secret: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if credential is not None:
+            check_admin_credential(credential)
         self._store = store
         self._key = secrets.token_bytes(32) if secret is None else session_key(secret, credential)
         self._clock = clock
@@ -148,6 +150,17 @@ def csrf_ok(expected: str, given: str | None) -> bool:
 
 def new_csrf() -> str:
     return secrets.token_urlsafe(24)
+
+
+def check_admin_credential(credential: str) -> None:
+    """``USER:PASSWORD``, neither empty: an empty one would let anyone sign in."""
+    user, colon, password = credential.partition(":")
+    if not colon:
+        raise ConfigurationError("the admin credential must be USER:PASSWORD")
+    if not user or not password:
+        raise ConfigurationError(
+            "the admin credential must be USER:PASSWORD with neither USER nor PASSWORD empty"
+        )
 
 
 def check_session_secret(secret: str) -> None:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp
 import ferryq
 from ferryq.app import App
 from ferryq.dashboard import build_dashboard
-from ferryq.dashboard.auth import check_session_secret
+from ferryq.dashboard.auth import check_admin_credential, check_session_secret
 from ferryq.errors import ConfigurationError
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
@@ -50,8 +50,8 @@ class ServerConfig:
         for name, port in (("port", self.port), ("admin port", self.admin_port)):
             if not 0 <= port <= 65535:
                 raise ConfigurationError(f"{name} must be from 0 to 65535 (got {port})")
-        if self.admin_credential is not None and ":" not in self.admin_credential:
-            raise ConfigurationError("the admin credential must be USER:PASSWORD")
+        if self.admin_credential is not None:
+            check_admin_credential(self.admin_credential)
         if self.session_secret is not None:
             check_session_secret(self.session_secret)
         if self.admin_credential is None and not _is_loopback(self.admin_host):

@@ -113,3 +113,22 @@ def test_the_admin_port_off_loopback_without_a_credential_is_refused_at_start(
         assert "admin" in said and "credential" in said, refused.stderr[-2000:]
 
     each(["0.0.0.0", "::"], check)
+
+
+@pytest.mark.parametrize(
+    ("option", "env"),
+    [(":", None), ("admin:", None), (":secret", None), ("nocolon", None), ("", None),
+     (None, ""), (None, ":")],
+)  # fmt: skip
+def test_an_empty_user_or_password_is_refused_at_start(
+    server_db: str, option: str | None, env: str | None
+) -> None:
+    refused = subprocess.run(
+        server_command(server_db, credential=option), cwd=ROOT, env=server_env(env),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STOP_SECONDS + 30,
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
+    assert "listening" not in refused.stdout, refused.stdout
+    assert "Traceback" not in refused.stderr
+    assert "the admin credential must be USER:PASSWORD" in refused.stderr
