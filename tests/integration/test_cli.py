@@ -572,3 +572,12 @@ def test_stages_in_jobs_show_and_explain_and_periodic_tasks_in_stats(ferryq: Run
     assert periodic["next_tick"] % 86400 == 0 and periodic["last_job"] is None
     table = ok(ferryq("stats")).stdout
     assert "periodic tasks" in table and "daily_report" in table
+
+
+@pytest.mark.parametrize("query", ["synchronus=full", "synchronous=full&journal=off", "x"])
+def test_an_unknown_sqlite_url_option_is_refused(ferryq: Run, tmp_path: Path, query: str) -> None:
+    url = f"sqlite:///{tmp_path}/other.db?{query}"
+    message = failed(ferryq("--url", url, "migrate"), 2)
+    assert "unknown SQLite URL option" in message and "the options are synchronous" in message
+    assert not (tmp_path / "other.db").exists()
+    ok(ferryq("--url", f"sqlite:///{tmp_path}/other.db?synchronous=full", "migrate"))

@@ -56,6 +56,8 @@ LOCK_POLL = 0.5
 FOLD_ROWS = 50_000  # history rows counted per fold, at most (one short write)
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
+#: The query options a SQLite URL may carry (``sqlite:///jobs.db?synchronous=full``).
+URL_OPTIONS = ("synchronous",)
 
 
 class SQLiteStore(base.Store):
@@ -87,7 +89,13 @@ class SQLiteStore(base.Store):
             raise ConfigurationError(
                 "SQLite needs a file: workers share it across processes (sqlite:///ferryq.db)"
             )
-        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = sorted(set(options) - set(URL_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown SQLite URL option(s) {', '.join(map(repr, unknown))}: "
+                f"the options are {', '.join(URL_OPTIONS)}"
+            )
         return cls(path, synchronous=options.get("synchronous", "NORMAL"))
 
     # -- lifecycle ---------------------------------------------------------------
