@@ -10,6 +10,7 @@ command line: ``n > 0`` is exponential capped at ``n`` seconds, ``n < 0`` is fix
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,11 +76,13 @@ def _checked(kind: Kind, seconds: tuple[float, ...], jitter: float) -> Backoff:
         raise ValueError(f"retry: unknown backoff kind {kind!r}")
     if not seconds:
         raise ValueError("retry: intervals needs at least one interval")
-    if any(s < 0 or s != s for s in seconds):
+    if not all(math.isfinite(s) for s in seconds):
+        raise ValueError(f"retry: backoff seconds must be finite numbers (got {list(seconds)})")
+    if any(s < 0 for s in seconds):
         raise ValueError("retry: backoff seconds must not be negative")
     if kind == "exponential" and seconds[0] <= 0:
         raise ValueError("retry: exponential base must be positive")
-    if not 0.0 <= jitter <= 1.0:
+    if not 0.0 <= jitter <= 1.0:  # nan too
         raise ValueError("retry: jitter must be between 0 and 1")
     return Backoff(kind, seconds, float(jitter))
 

@@ -37,8 +37,10 @@ class Schedule:
     def of(
         cls, cron: str | None = None, every: float | None = None, timezone: str | None = None
     ) -> Schedule:
-        if (cron is None) == (every is None):
-            raise ValueError("a periodic task needs cron= or every=, not both")
+        if cron is None and every is None:
+            raise ValueError("a periodic task needs a schedule: cron= or every=")
+        if cron is not None and every is not None:
+            raise ValueError("a periodic task takes cron= or every=, not both")
         if cron is not None:
             return cls(cron=cron_module.parse(cron, timezone))
         if timezone is not None:

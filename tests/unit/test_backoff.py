@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -58,3 +59,11 @@ def test_round_trip_through_storage() -> None:
 def test_invalid_policies_are_refused(make: object) -> None:
     with pytest.raises(ValueError, match="retry"):
         make()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("seconds", [math.nan, math.inf, -math.inf])
+def test_non_finite_seconds_are_refused_as_such(seconds: float) -> None:
+    for make in (backoff.fixed, backoff.from_signed, lambda s: backoff.exponential(cap=s),
+                 lambda s: backoff.intervals([1, s])):  # fmt: skip
+        with pytest.raises(ValueError, match=r"^retry: backoff seconds must be finite numbers"):
+            make(seconds)
