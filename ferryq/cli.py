@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -44,6 +45,19 @@ JOB_ID = click.IntRange(1, 2**63 - 1)
 # event loop. Drains on SQLite run 3-12% faster (docs/operations.md); the HTTP server
 # did not gain (bench.http) and keeps the default.
 WORKER_SWITCH_INTERVAL = 0.001
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option, optionally bounded, that refuses ``nan`` and ``inf``."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -154,9 +168,9 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
 @click.option("--queues", "-q", metavar="A,B", help="Queues to consume [default: the app's].")
 @click.option("--burst", is_flag=True, help="Exit once nothing is due.")
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs claimed beyond free slots.")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+@click.option("--grace", type=FiniteFloat(min=0), default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
-@click.option("--retention-days", type=click.FloatRange(min=0, min_open=True), default=14.0,
+@click.option("--retention-days", type=FiniteFloat(min=0, min_open=True), default=14.0,
               show_default=True, help="Days finished jobs stay in history.")  # fmt: skip
 @click.pass_context
 def worker(
@@ -264,15 +278,15 @@ _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
 @click.argument("args_json", metavar="ARGS_JSON", default="[]")
 @click.option("--queue", help="Queue [default: default].")
 @click.option("--lane", help="Ordered lane key.")
-@click.option("--delay", type=float, help="Seconds before the job is due.")
-@click.option("--priority", type=float, help="Head start in seconds (may be negative).")
-@click.option("--ttl", type=float, help="Seconds the job has to finish from now.")
-@click.option("--ttr", type=float, help="Lease seconds per attempt [default: 60].")
+@click.option("--delay", type=FiniteFloat(), help="Seconds before the job is due.")
+@click.option("--priority", type=FiniteFloat(), help="Head start in seconds (may be negative).")
+@click.option("--ttl", type=FiniteFloat(), help="Seconds the job has to finish from now.")
+@click.option("--ttr", type=FiniteFloat(), help="Lease seconds per attempt [default: 60].")
 @click.option("--max-tries", type=int, help="Attempts before the job is dead [default: 3].")
-@click.option("--retry", type=float, metavar="N",
+@click.option("--retry", type=FiniteFloat(), metavar="N",
               help="Backoff: N>0 exponential capped at N s, N<0 fixed |N| s.")  # fmt: skip
 @click.option("--unique-key", help="Deduplicate: return the unfinished job with this key.")
-@click.option("--unique-for", type=float, help="Deduplication window in seconds.")
+@click.option("--unique-for", type=FiniteFloat(), help="Deduplication window in seconds.")
 @click.option("--app", "target", metavar="MODULE:APP",
               help="Start from the defaults of TASK as registered in this App.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -648,7 +662,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--seconds", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--seconds", type=FiniteFloat(min=1), default=60.0, show_default=True,
               help="Stop watching after this long.")  # fmt: skip
 @click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True,
               help="Worker processes to start.")  # fmt: skip

@@ -581,3 +581,30 @@ def test_an_unknown_sqlite_url_option_is_refused(ferryq: Run, tmp_path: Path, qu
     assert "unknown SQLite URL option" in message and "the options are synchronous" in message
     assert not (tmp_path / "other.db").exists()
     ok(ferryq("--url", f"sqlite:///{tmp_path}/other.db?synchronous=full", "migrate"))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["enqueue", "send", "[]"], "--delay"),
+        (["enqueue", "send", "[]"], "--priority"),
+        (["enqueue", "send", "[]"], "--ttl"),
+        (["enqueue", "send", "[]"], "--ttr"),
+        (["enqueue", "send", "[]"], "--retry"),
+        (["enqueue", "send", "[]", "--unique-key", "k"], "--unique-for"),
+        (["worker", TASKS, "--burst"], "--grace"),
+        (["worker", TASKS, "--burst"], "--retention-days"),
+        (["demo"], "--seconds"),
+    ],
+)
+def test_float_options_refuse_what_is_not_a_finite_number(
+    ferryq: Run, command: list[str], option: str, value: str
+) -> None:
+    result = ferryq(*command, option, value)
+    assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    said = result.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"Error: Invalid value for '{option}': ")
+    assert f"'{value}' is not a finite number." in said or "is not in the range" in said
+    assert as_json(ferryq("jobs", "ls", "--json")) == []
