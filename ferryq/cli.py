@@ -308,7 +308,7 @@ def enqueue(
             options["retry"] = backoff.from_signed(retry)
         handle = app.enqueue(task, args, **options)
     except ValueError as exc:
-        raise CliError(_OPTION_RE.sub(lambda m: "--" + m[1].replace("_", "-"), str(exc))) from None
+        raise CliError(option_names(str(exc))) from None
     if as_json:
         emit_json({"id": handle.id, "created": handle.created})
     elif handle.created:
@@ -316,6 +316,13 @@ def enqueue(
     else:
         out.print(f"job {handle.id} already exists with unique key "
                   f"{options['unique_key']!r}: nothing new enqueued")  # fmt: skip
+
+
+def option_names(message: str) -> str:
+    """A message of ferryq's about job options, with their command-line names
+    (``max_tries`` → ``--max-tries``); the value it quotes (``(got …)``) stays as it is."""
+    said, got, value = message.partition(" (got ")
+    return _OPTION_RE.sub(lambda m: "--" + m[1].replace("_", "-"), said) + got + value
 
 
 def parse_args_json(raw: str) -> list[Any] | dict[str, Any]:

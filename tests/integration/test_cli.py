@@ -608,3 +608,11 @@ def test_float_options_refuse_what_is_not_a_finite_number(
     assert said.startswith(f"Error: Invalid value for '{option}': ")
     assert f"'{value}' is not a finite number." in said or "is not in the range" in said
     assert as_json(ferryq("jobs", "ls", "--json")) == []
+
+
+def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None:
+    message = failed(ferryq("enqueue", "send", "[]", "--queue", "bad queue"), 2)
+    assert message.startswith("Error: --queue must be")
+    assert message.endswith("(got 'bad queue')")
+    message = failed(ferryq("enqueue", "send", "[]", "--unique-for", "5"), 2)
+    assert message == "Error: --unique-for needs a --unique-key"
