@@ -275,7 +275,7 @@ _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
 
 @cli.command()
 @click.argument("task")
-@click.argument("args_json", metavar="ARGS_JSON", default="[]")
+@click.argument("args_json", metavar="[ARGS_JSON]", default="[]", required=False)
 @click.option("--queue", help="Queue [default: default].")
 @click.option("--lane", help="Ordered lane key.")
 @click.option("--delay", type=FiniteFloat(), help="Seconds before the job is due.")
@@ -295,10 +295,13 @@ def enqueue(
     ctx: click.Context, /, task: str, args_json: str, retry: float | None, target: str | None,
     as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
-    """Enqueue TASK with ARGS_JSON: a JSON array (positional) or object (keywords).
+    """Enqueue TASK with ARGS_JSON: a JSON array (positional) or object (keywords),
+    by default [] (no arguments).
 
     Options not given take the defaults of ferryq (or, with --app, of the task).
     """
+    if not task.strip():
+        raise CliError("TASK must be a task name, not empty")
     args = parse_args_json(args_json)
     app = get_app(ctx, target)
     if target is not None and task not in app.tasks:

@@ -616,3 +616,14 @@ def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None
     assert message.endswith("(got 'bad queue')")
     message = failed(ferryq("enqueue", "send", "[]", "--unique-for", "5"), 2)
     assert message == "Error: --unique-for needs a --unique-key"
+
+
+@pytest.mark.parametrize("task", ["", " "])
+def test_an_empty_task_name_is_refused(ferryq: Run, task: str) -> None:
+    assert failed(ferryq("enqueue", task, "[]"), 2) == "Error: TASK must be a task name, not empty"
+    assert as_json(ferryq("jobs", "ls", "--json")) == []
+
+
+def test_args_json_is_optional_and_shown_so(ferryq: Run) -> None:
+    assert "Usage: ferryq enqueue [OPTIONS] TASK [ARGS_JSON]" in ok(ferryq("enqueue", "-h")).stdout
+    assert job(ferryq, enqueue(ferryq, "send"))["args"] == []
