@@ -194,7 +194,10 @@ def worker(
     code = 0
     try:
         asyncio.run(_run_worker(app, options))
-    except StoreError as exc:  # the database failed it, at the start or at the stop
+    except DatabaseUnavailable as exc:  # at the start: as for every other command
+        click.echo(f"Error: {exc.__cause__}", err=True)
+        code = CliError.exit_code
+    except StoreError as exc:  # at the stop: the outcomes of running jobs were not written
         click.echo(f"Error: {exc}", err=True)
         code = 1
     # A sync handler still running past the grace period cannot be interrupted, and
@@ -205,9 +208,17 @@ def worker(
     os._exit(code)
 
 
+class DatabaseUnavailable(Exception):
+    """The worker could not open the database (the StoreError is its cause)."""
+
+
 async def _run_worker(app: App, options: dict[str, Any]) -> None:
     runner = ferryq.Worker(app, **options)
     try:
+        try:
+            await app.store()
+        except StoreError as exc:
+            raise DatabaseUnavailable from exc
         await runner.run()
     finally:
         await app.aclose()

@@ -627,3 +627,10 @@ def test_an_empty_task_name_is_refused(ferryq: Run, task: str) -> None:
 def test_args_json_is_optional_and_shown_so(ferryq: Run) -> None:
     assert "Usage: ferryq enqueue [OPTIONS] TASK [ARGS_JSON]" in ok(ferryq("enqueue", "-h")).stdout
     assert job(ferryq, enqueue(ferryq, "send"))["args"] == []
+
+
+@pytest.mark.parametrize("command", [["worker", TASKS, "--burst"], ["jobs", "ls"], ["migrate"]])
+def test_an_unreachable_database_exits_2(ferryq: Run, command: list[str]) -> None:
+    unreachable = "postgresql://ferryq@127.0.0.1:1/nothing"
+    message = failed(ferryq("--url", unreachable, *command), 2)
+    assert message.startswith("Error: cannot connect to PostgreSQL at ")
