@@ -90,6 +90,10 @@ def token_create(
     _check_namespace(namespace)
     if chosen is not None and len(chosen) < tokens.MIN_TOKEN_LENGTH:
         raise CliError(f"a token must be at least {tokens.MIN_TOKEN_LENGTH} characters")
+    if chosen is not None and not tokens.writable(chosen):
+        raise CliError(
+            "a token cannot contain spaces or control characters (clients cannot send it)"
+        )
     if chosen is not None and ":" in chosen:
         raise CliError("a token cannot contain ':' (it separates a pool from a token)")
     app = get_app(ctx)

@@ -35,6 +35,12 @@ def generate() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(26))
 
 
+def writable(token: str) -> bool:
+    """Whether a chosen token can travel in a header or a URL path: no spaces and no
+    control characters, which clients trim or cannot send."""
+    return all(c.isprintable() and not c.isspace() for c in token)
+
+
 def hint(token: str) -> str:
     return token[:HINT_LENGTH] + "…"
 

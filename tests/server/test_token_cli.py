@@ -66,6 +66,10 @@ def test_bad_input_exits_2_and_changes_nothing(server: ServerProcess) -> None:
         (("create", "bad ns!", "-d", "x"), "invalid namespace"),
         (("create", ns, "-d", "x", "--token", "short"), "at least 20 characters"),
         (("create", ns, "-d", "x", "--token", "pool:" + "y" * 20), "cannot contain ':'"),
+        (("create", ns, "-d", "x", "--token", " " * 25), "spaces or control characters"),
+        (("create", ns, "-d", "x", "--token", "y" * 20 + " z"), "spaces or control characters"),
+        (("create", ns, "-d", "x", "--token", "y" * 20 + "\t"), "spaces or control characters"),
+        (("create", ns, "-d", "x", "--token", "y" * 20 + "\x7f"), "spaces or control characters"),
         (("create", ns), "Missing option"),
         (("revoke", ns, "no-such-token-anywhere-at-all"), "no such token"),
     ]:
