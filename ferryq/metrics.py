@@ -62,8 +62,10 @@ class Registry:
         lines: list[str] = []
         snapshots = list(sources)
         for family in self._families.values():
-            lines.append(f"# HELP {family.name} {family.help}")
-            lines.append(f"# TYPE {family.name} {family.kind}")
+            # Text format 0.0.4: HELP and TYPE name the samples, a counter's _total too.
+            shown = f"{family.name}_total" if family.kind == "counter" else family.name
+            lines.append(f"# HELP {shown} {family.help}")
+            lines.append(f"# TYPE {shown} {family.kind}")
             names = ("process", *family.labels)
             for process, snapshot in snapshots:
                 for labels, values in snapshot.get(family.name, []):

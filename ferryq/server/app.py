@@ -83,17 +83,18 @@ def build_api(
     api.router.routes.append(Route("/", _to_dashboard, methods=["GET"]))
     dashboard = build_dashboard(engine, admin_credential, session_secret=session_secret)
     api.router.routes.append(Mount("/ui", dashboard))
-    return RequestIds(RequestMetrics(api, "api"))
+    return RequestIds(RequestMetrics(api, "api", api.routes))
 
 
 def build_admin(engine: Engine, credential: str | None) -> ASGIApp:
+    routes = AdminApi(engine, metrics_endpoint(engine)).routes()
     admin: ASGIApp = Starlette(
-        routes=AdminApi(engine, metrics_endpoint(engine)).routes(),
+        routes=routes,
         exception_handlers={HTTPException: api_not_found, Exception: internal_error},
     )
     if credential is not None:
         admin = BasicAuth(admin, credential)
-    return RequestIds(RequestMetrics(admin, "admin"))
+    return RequestIds(RequestMetrics(admin, "admin", routes))
 
 
 async def _to_dashboard(request: Request) -> Response:

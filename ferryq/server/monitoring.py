@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferryq import metrics
@@ -17,12 +18,18 @@ from ferryq.server.engine import Engine
 COUNTS_TTL = 5.0
 
 
-class RequestMetrics:
-    """ASGI middleware: count and time requests by route (never by raw path)."""
+#: The route label of a request that no route matched: one value, whatever the path.
+UNMATCHED = "unmatched"
 
-    def __init__(self, app: ASGIApp, listener: str) -> None:
+
+class RequestMetrics:
+    """ASGI middleware: count and time requests by route pattern (never by raw path),
+    the pattern of the one of ``routes`` that serves the request."""
+
+    def __init__(self, app: ASGIApp, listener: str, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         self.listener = listener
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -30,6 +37,7 @@ class RequestMetrics:
             return
         started = time.perf_counter()
         status = 500
+        route = route_pattern(self.routes, dict(scope))  # before the router changes scope
 
         async def record_status(message: Message) -> None:
             nonlocal status
@@ -40,18 +48,30 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, record_status)
         finally:
-            route = _route_name(scope)
             metrics.HTTP_REQUESTS.inc(1, self.listener, route, scope["method"], str(status))
             metrics.HTTP_SECONDS.observe(time.perf_counter() - started, self.listener, route)
 
 
-def _route_name(scope: Scope) -> str:
-    route = scope.get("route")
+def route_pattern(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """The path pattern of the route that serves ``scope`` (``/api/{namespace}/{queue}``),
+    as a router picks it: the first full match, else the first match of the path alone
+    (a method not allowed). Inside a mount, the mount's path and the inner pattern."""
+    partial: tuple[BaseRoute, Scope] | None = None
+    for route in routes:
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return _pattern(route, {**scope, **child})
+        if match is Match.PARTIAL and partial is None:
+            partial = (route, {**scope, **child})
+    return UNMATCHED if partial is None else _pattern(*partial)
+
+
+def _pattern(route: BaseRoute, scope: Scope) -> str:
+    if isinstance(route, Mount):
+        inner = route_pattern(route.routes, scope)
+        return route.path + ("/{path:path}" if inner == UNMATCHED else inner)
     path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return path
-    endpoint = scope.get("endpoint")
-    return getattr(endpoint, "__name__", "unmatched") if endpoint is not None else "unmatched"
+    return path if isinstance(path, str) else UNMATCHED
 
 
 def metrics_endpoint(engine: Engine) -> Callable[[Request], Awaitable[Response]]:

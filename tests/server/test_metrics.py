@@ -45,8 +45,11 @@ def test_http_jobs_are_counted_and_jobs_by_state_come_from_the_database(
         r'ferryq_attempts_finished_total\{process="[^"]+",' + re.escape(labels)
         + r',outcome="succeeded"\} 1$', text, re.M,
     )  # fmt: skip
-    assert re.search(r'ferryq_http_requests_total\{[^}]*route="lmstfy_publish",method="PUT",'
-                     r'status="201"\} [1-9]', text)  # fmt: skip
+    assert re.search(r'ferryq_http_requests_total\{[^}]*route="/api/\{ns\}/\{q\}",'
+                     r'method="PUT",status="201"\} [1-9]', text)  # fmt: skip
+    for header in ("HELP", "TYPE"):  # each counter's samples carry the name its TYPE gives
+        assert f"# {header} ferryq_jobs_enqueued_total " in text
+        assert f"# {header} ferryq_jobs_enqueued " not in text
     assert "ferryq_job_lag_seconds_bucket{" in text
     # Job counts are read at most every few seconds: the succeeded job shows up soon.
     wait_until(

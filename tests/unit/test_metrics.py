@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
+
 from ferryq.metrics import BUCKETS, Registry, gauge_text
+from ferryq.server.monitoring import UNMATCHED, route_pattern
 
 
 def test_counters_render_per_process_and_label() -> None:
@@ -12,7 +16,7 @@ def test_counters_render_per_process_and_label() -> None:
     done.inc(1, "mail")
     done.inc(1, 'we"ird\\q\n')
     text = registry.render([("p1", registry.snapshot()), ("p2", {"x_done": [[["a"], [7.0]]]})])
-    assert "# TYPE x_done counter" in text
+    assert text.startswith("# HELP x_done_total Done.\n# TYPE x_done_total counter\n")
     assert 'x_done_total{process="p1",queue="mail"} 3' in text
     assert 'x_done_total{process="p1",queue="we\\"ird\\\\q\\n"} 1' in text
     assert 'x_done_total{process="p2",queue="a"} 7' in text
@@ -48,3 +52,25 @@ def test_gauges() -> None:
         'g{state="ready"} 2',
         "g 0.5",
     ]
+
+
+def test_the_route_label_is_the_pattern_of_the_route_that_serves_the_request() -> None:
+    async def endpoint(request: object) -> None: ...
+
+    inner = Starlette(routes=[Route("/jobs/{job_id:int}", endpoint)])
+    routes = [
+        Route("/api/{ns}/{q}", endpoint, methods=["PUT"]),
+        Route("/healthz", endpoint, methods=["GET"]),
+        Mount("/ui", inner),
+    ]
+
+    def pattern(method: str, path: str) -> str:
+        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        return route_pattern(routes, scope)
+
+    assert pattern("PUT", "/api/ns1/mail") == "/api/{ns}/{q}"
+    assert pattern("GET", "/api/ns1/mail") == "/api/{ns}/{q}"  # 405 from that route
+    assert pattern("GET", "/healthz") == "/healthz"
+    assert pattern("GET", "/ui/jobs/42") == "/ui/jobs/{job_id:int}"
+    assert pattern("GET", "/ui/nothing") == "/ui/{path:path}"
+    assert pattern("GET", "/no/such/path/42") == pattern("GET", "/x") == UNMATCHED
