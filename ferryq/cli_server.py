@@ -73,7 +73,10 @@ def token() -> None:
 
 def _check_namespace(namespace: str) -> None:
     if len(namespace) > MAX_NAME_LENGTH or not NAME.fullmatch(namespace):
-        raise CliError(f"invalid namespace {namespace!r}: letters, digits, - and _ only")
+        raise CliError(
+            f"invalid namespace {namespace!r}: the HTTP API serves namespaces of letters, "
+            "digits, - and _ only (jobs may use . and : too, but not over HTTP)"
+        )
 
 
 @token.command("create")

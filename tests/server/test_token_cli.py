@@ -64,6 +64,7 @@ def test_bad_input_exits_2_and_changes_nothing(server: ServerProcess) -> None:
     ns = new_namespace()
     for args, message in [
         (("create", "bad ns!", "-d", "x"), "invalid namespace"),
+        (("create", "a.b", "-d", "x"), "jobs may use . and : too, but not over HTTP"),
         (("create", ns, "-d", "x", "--token", "short"), "at least 20 characters"),
         (("create", ns, "-d", "x", "--token", "pool:" + "y" * 20), "cannot contain ':'"),
         (("create", ns, "-d", "x", "--token", " " * 25), "spaces or control characters"),
