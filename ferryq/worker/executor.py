@@ -65,15 +65,20 @@ async def run(
     job, started = attempt.job, attempt.started_at
     try:
         value = await _call(attempt, threads)
-    except asyncio.CancelledError:
-        return _interrupted(attempt, clock(), worker)
-    except Exception as exc:
+    except asyncio.CancelledError as exc:
+        current = asyncio.current_task()
+        if attempt.stop is not None or (current is not None and current.cancelling()):
+            return _interrupted(attempt, clock(), worker)
+        # Raised by the handler itself (a sync handler's cancelled future arrives as
+        # one too): a failed attempt, not a stop of ours that would give the try back.
+        return failure(job, exc, clock(), worker, started_at=started)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this attempt failed
         now = clock()
         if attempt.stop is Stop.CANCEL:
             return Finish("cancelled", job.id, job.fence, now, started)
         if isinstance(exc, Fail):
             return failure(job, exc, now, worker, permanent=True, started_at=started)
-        after = exc.after if isinstance(exc, Retry) else None
+        after = getattr(exc, "after", None) if isinstance(exc, Retry) else None
         return failure(job, exc, now, worker, retry_after=after, started_at=started)
     now = clock()
     if attempt.stop is Stop.CANCEL:  # cancelled while running: the outcome is dropped
@@ -133,6 +138,20 @@ def _next_stage(attempt: Attempt, step: Next, now: float, worker: str) -> Finish
     )  # fmt: skip
 
 
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception as broken:  # an exception whose __str__ fails
+        return f"{type(exc).__name__} (its message could not be read: {broken!r})"
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:
+        return "".join(traceback.format_tb(exc.__traceback__)) + _message(exc)
+
+
 def failure(
     job: Claimed,
     exc: BaseException,
@@ -146,10 +165,8 @@ def failure(
     """A failed attempt: retried after its backoff while tries remain, else dead."""
     error = {
         "type": type(exc).__name__,
-        "message": _json.printable(str(exc) or type(exc).__name__),
-        "traceback": _json.printable("".join(traceback.format_exception(exc)))
-        if exc.__traceback__
-        else None,
+        "message": _json.printable(_message(exc)),
+        "traceback": _json.printable(_traceback(exc)) if exc.__traceback__ else None,
         "attempt": job.attempts,
         "stage": job.stage,
         "worker": worker,

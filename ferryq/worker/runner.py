@@ -237,6 +237,10 @@ class Worker:
             # run() handles the cancellation of the handler itself; a cancel that
             # lands after it returned must not lose the job.
             finish = Finish("returned", attempt.job.id, attempt.job.fence, clock())
+        except Exception as exc:  # a fault of ours: the attempt still ends, and says so
+            log.exception("running job %d failed outside its handler", attempt.job.id)
+            finish = executor.failure(attempt.job, exc, clock(), self.id,
+                                      started_at=attempt.started_at)  # fmt: skip
         finish.finished_at = clock()
         if attempt.started_at is not None:
             metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,

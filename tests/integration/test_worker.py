@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import sys
 import threading
 from typing import Any
 
@@ -122,6 +124,55 @@ async def test_a_retry_ignores_the_jobs_priority(app: ferryq.App, clock: FrozenC
     job = await app.get_job_async(handle.id)
     assert job.state == "scheduled" and job.priority == 600
     assert job.run_at == job.order_time == clock.now + 10
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no words")
+
+
+async def test_whatever_a_handler_raises_fails_its_attempt_and_the_worker_goes_on(
+    app: ferryq.App,
+) -> None:
+    # Not a stop of the worker's own, so each try counts and the job ends dead.
+    @app.task(max_tries=2, retry=ferryq.backoff.fixed(0))
+    async def cancels_itself() -> None:
+        raise asyncio.CancelledError
+
+    @app.task(max_tries=1)
+    def waits_on_a_cancelled_future() -> None:
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.cancel()
+        future.result()
+
+    @app.task(max_tries=1)
+    async def unprintable() -> None:
+        raise _Unprintable
+
+    @app.task(max_tries=1)
+    def exits() -> None:
+        sys.exit(3)
+
+    @app.task(max_tries=1)
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    @app.task
+    async def after() -> str:
+        return "done"
+
+    handles = [await t.enqueue_async() for t in (cancels_itself, waits_on_a_cancelled_future,
+                                                  unprintable, exits, interrupted)]  # fmt: skip
+    then = await after.enqueue_async()
+    await drain_async(app)
+    errors = []
+    for handle in handles:
+        job = await app.get_job_async(handle.id)
+        assert job.state == "dead" and job.attempts == job.max_tries and job.error, job
+        errors.append(job.error)
+    assert "its message could not be read" in errors[2]["message"]
+    assert errors[3]["type"] == "SystemExit"
+    assert await then.result_async(timeout=1) == "done"
 
 
 async def test_retry_and_fail_from_the_handler(app: ferryq.App, clock: FrozenClock) -> None:
