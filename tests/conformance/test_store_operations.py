@@ -275,6 +275,20 @@ async def test_leadership_is_exclusive(backend_url: str) -> None:
     await b.close()
 
 
+async def test_one_store_leads_several_things_at_once(backend_url: str) -> None:
+    # A worker's maintenance and periodic loops ask at the same moment.
+    a, b = await _two_stores(backend_url)
+    for now in (NOW, NOW + 1, NOW + 2):  # taken, then renewed while held
+        asked = [a.leader_acquire(name, "a", 5.0, now) for name in ("m", "p", "m", "p")]
+        assert await asyncio.gather(*asked) == [True] * 4
+    assert not await b.leader_acquire("m", "b", 5.0, NOW + 3)
+    assert not await b.leader_acquire("p", "b", 5.0, NOW + 3)
+    await asyncio.gather(a.leader_release("m", "a"), a.leader_release("p", "a"))
+    assert await b.leader_acquire("p", "b", 5.0, NOW + 4)
+    await a.close()
+    await b.close()
+
+
 async def test_leadership_passes_on_when_the_leader_goes_away(backend_url: str) -> None:
     a, b = await _two_stores(backend_url)
     assert await a.leader_acquire("m", "a", 5.0, NOW)

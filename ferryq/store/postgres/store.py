@@ -91,6 +91,7 @@ class PostgresStore(base.Store):
         self._listener: _Listener | None = None
         self._leader: Conn | None = None
         self._leading: set[str] = set()
+        self._leading_turn = asyncio.Lock()
         self._opening = asyncio.Lock()
         self._ready = False
 
@@ -597,6 +598,12 @@ class PostgresStore(base.Store):
         return await self._session(lambda conn: partitions.fold(conn, now), transaction=False)
 
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        # Maintenance and the periodic loop lead through this one connection, which runs
+        # one statement at a time: they take turns.
+        async with self._leading_turn:
+            return await self._leader_acquire(name)
+
+    async def _leader_acquire(self, name: str) -> bool:
         try:
             if self._leader is None or self._leader.is_closed():
                 self._leader, self._leading = await self._leader_connection(), set()
@@ -627,10 +634,11 @@ class PostgresStore(base.Store):
         return conn
 
     async def leader_release(self, name: str, holder: str) -> None:
-        if self._leader is not None and name in self._leading:
-            self._leading.discard(name)
-            with contextlib.suppress(Exception):
-                await self._leader.fetchval(Q["leader_unlock"].sql, name)
+        async with self._leading_turn:
+            if self._leader is not None and name in self._leading:
+                self._leading.discard(name)
+                with contextlib.suppress(Exception):
+                    await self._leader.fetchval(Q["leader_unlock"].sql, name)
 
     # -- periodic tasks ----------------------------------------------------------
 
