@@ -9,7 +9,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from ferryq import _json, insights, lanes, metrics, policy
@@ -86,6 +86,7 @@ class App:
         self.schedules: dict[str, Periodic] = {}  # periodic tasks, by task name
         # One store per event loop: a connection pool belongs to the loop it was made on.
         self._stores: dict[asyncio.AbstractEventLoop, Store] = {}
+        self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None]] = {}
         self._store_lock = threading.Lock()
         self._portal: Portal | None = None
 
@@ -189,10 +190,27 @@ class App:
     async def store(self) -> Store:
         """This event loop's store, opened (and migrated) on first use."""
         loop = asyncio.get_running_loop()
+        gone: list[Store] = []
         with self._store_lock:
             store = self._stores.get(loop)
             if store is None:
+                # The stores of loops that ended without closing theirs go first: nothing
+                # can use them again, and each holds connections and a thread.
+                for ended in [other for other in self._stores if other.is_closed()]:
+                    gone.append(self._stores.pop(ended))
+                    self._closers.pop(ended, None)
                 store = self._stores[loop] = open_store(self.url)
+                created = True
+            else:
+                created = False
+        for left in gone:
+            left.terminate()
+        if created and (self._portal is None or loop is not self._portal.loop):
+            # Closed on its own loop as the loop ends: asyncio.run() finalizes the async
+            # generators still open (an asyncio.run() per call leaves nothing behind).
+            # The portal's loop closes its store itself.
+            closer = self._closers[loop] = _close_at_shutdown(store)
+            await anext(closer)
         await store.open()
         return store
 
@@ -224,6 +242,7 @@ class App:
         """
         with self._store_lock:
             stores, self._stores = self._stores, {}
+            self._closers = {}
         portal, self._portal = self._portal, None
         for loop, store in stores.items():
             if portal is not None and loop is portal.loop:
@@ -235,9 +254,13 @@ class App:
 
     async def aclose(self) -> None:
         """Close the store of the running event loop."""
+        loop = asyncio.get_running_loop()
         with self._store_lock:
-            store = self._stores.pop(asyncio.get_running_loop(), None)
-        if store is not None:
+            store = self._stores.pop(loop, None)
+            closer = self._closers.pop(loop, None)
+        if closer is not None:
+            await closer.aclose()  # closes the store
+        elif store is not None:
             await store.close()
 
     # -- enqueue -----------------------------------------------------------------
@@ -480,3 +503,11 @@ class App:
             await worker.run()
         finally:
             await self.aclose()
+
+
+async def _close_at_shutdown(store: Store) -> AsyncGenerator[None]:
+    """Suspended until its loop shuts its async generators down, then closes ``store``."""
+    try:
+        yield
+    finally:
+        await store.close()

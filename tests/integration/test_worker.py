@@ -54,6 +54,21 @@ def test_sync_api_from_plain_code(app: ferryq.App) -> None:
                                                    {"sent": "c@example.com"}]  # fmt: skip
 
 
+def test_an_event_loop_per_call_leaves_no_store_behind(backend_url: str) -> None:
+    # asyncio.run() per call: each loop's store goes when the next loop asks for one.
+    app = ferryq.App(backend_url)
+
+    async def enqueue() -> int:
+        return (await app.enqueue_async("t", [1])).id
+
+    asyncio.run(enqueue())
+    threads = threading.active_count()
+    ids = [asyncio.run(enqueue()) for _ in range(5)]
+    assert len(app._stores) == 1 and threading.active_count() <= threads
+    assert ids == sorted(ids)
+    app.close()
+
+
 async def test_context_carries_the_attempt(app: ferryq.App) -> None:
     seen: list[tuple[int, int, int]] = []
 
