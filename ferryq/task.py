@@ -35,6 +35,16 @@ class Task(Generic[P, R]):
         self._signature = signature.replace(
             parameters=[p for p in signature.parameters.values() if p.name != self.context_param]
         )
+        # How many positional arguments a call may pass, checked at every enqueue.
+        params = list(self._signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._fewest = sum(1 for p in positional if p.default is p.empty)
+        self._most = (
+            len(positional) if all(p.kind is not p.VAR_POSITIONAL for p in params) else None
+        )
+        self._needs_keywords = any(
+            p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function inline, with no queue (a handler's Context is made up)."""
@@ -58,6 +68,14 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
+
+    def _takes(self, count: int) -> bool:
+        """Whether a call of ``count`` positional arguments fits the handler."""
+        return (
+            not self._needs_keywords
+            and count >= self._fewest
+            and (self._most is None or count <= self._most)
+        )
 
     def callable_without_arguments(self) -> bool:
         """Whether the handler can run with no arguments (besides its Context)."""
@@ -94,15 +112,24 @@ class Task(Generic[P, R]):
         return await TaskCall(self, self.defaults).enqueue_many_async(calls)
 
     def encode_args(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
-        """Positional calls are stored as a JSON array; any keyword makes it an object."""
-        if not kwargs:
+        """Positional calls are stored as a JSON array; any keyword makes it an object.
+        A call the handler could not take is a TypeError here, not a dead job later."""
+        if not kwargs and self._takes(len(args)):
             return _json.dumps(list(args), f"arguments of {self.name}")
         try:
-            bound = self._signature.bind_partial(*args, **kwargs)
+            bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from None
+        if not kwargs:
+            return _json.dumps(list(args), f"arguments of {self.name}")
         if any(p.kind is p.VAR_POSITIONAL for p in self._signature.parameters.values()) and args:
             raise TypeError(f"{self.name}: pass *args or keywords, not both")
+        params = self._signature.parameters
+        if any(params[name].kind is inspect.Parameter.POSITIONAL_ONLY for name in bound.arguments):
+            if bound.kwargs:
+                raise TypeError(f"{self.name}: a job stores its arguments as a list or as "
+                                "keywords; pass every argument positionally")  # fmt: skip
+            return _json.dumps(list(bound.args), f"arguments of {self.name}")
         named = dict(bound.arguments)
         for param in self._signature.parameters.values():
             if param.kind is param.VAR_KEYWORD and param.name in named:
@@ -154,7 +181,16 @@ class TaskCall(Generic[P, R]):
 
     def _encode_many(self, calls: Iterable[Sequence[Any] | dict[str, Any]]) -> list[str]:
         encode = self.task.encode_args
-        return [encode((), c) if isinstance(c, dict) else encode(c, {}) for c in calls]
+        return [encode((), c) if isinstance(c, dict) else encode(_positional(c), {}) for c in calls]
+
+
+def _positional(call: object) -> Sequence[Any]:
+    if isinstance(call, str | bytes) or not isinstance(call, Sequence):
+        raise TypeError(
+            f"each call is a list or tuple of arguments or a dict of keywords, not {call!r:.60}"
+            " (one argument: wrap it, as (value,))"
+        )
+    return call
 
 
 def _positional_index(signature: inspect.Signature, name: str | None) -> int | None:

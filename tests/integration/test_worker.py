@@ -313,6 +313,27 @@ async def test_an_error_no_database_could_store_is_kept_escaped(app: ferryq.App)
     assert await then.result_async(timeout=1) == "done"
 
 
+async def test_a_call_the_handler_cannot_take_is_refused_at_enqueue(app: ferryq.App) -> None:
+    @app.task
+    async def one(a: int) -> int:
+        return a
+
+    @app.task
+    async def positional_only(a: int, /, b: int) -> int:
+        return a * 10 + b
+
+    untyped: Any = one  # as from code that no type checker reads
+    for args, kwargs in (((), {}), ((1, 2), {}), ((), {"b": 1})):
+        with pytest.raises(TypeError, match="one"):
+            await untyped.enqueue_async(*args, **kwargs)
+    with pytest.raises(TypeError, match="list or tuple of arguments"):
+        await untyped.enqueue_many_async(["ab@x"])
+    assert await app.list_jobs_async() == []
+    mixed = await positional_only.enqueue_async(1, b=2)  # stored as [1, 2]: it can run
+    await drain_async(app)
+    assert await mixed.result_async(timeout=1) == 12
+
+
 async def test_delays_and_priorities(app: ferryq.App, clock: FrozenClock) -> None:
     order: list[str] = []
 
