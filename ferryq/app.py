@@ -6,6 +6,7 @@ Every operation is written once, async; the sync twin runs it through the portal
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 import time
@@ -131,7 +132,10 @@ class App:
         """
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            qualname = getattr(func, "__qualname__", None)
+            if name is None and qualname is None:
+                raise ConfigurationError(f"{func!r} has no name of its own: give it one, name=...")
+            task_name = name or f"{func.__module__}.{qualname}"
             if task_name in self.tasks:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
             task = Task(self, func, task_name, DEFAULT_TASK_OPTIONS.merged(**options))
@@ -390,7 +394,7 @@ class App:
     # -- reading and operating jobs ----------------------------------------------
 
     async def get_job_async(self, job_id: int) -> Job:
-        job = await (await self.store()).job_get(job_id)
+        job = await (await self.store()).job_get(_job_id(job_id))
         if job is None:
             raise JobNotFound(job_id)
         return job
@@ -400,6 +404,8 @@ class App:
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """Wait until the job is terminal; its result, or :class:`JobFailed`."""
+        if timeout is not None and math.isnan(timeout):
+            raise ValueError("timeout must be a number of seconds or None, not nan")
         deadline = None if timeout is None else time.monotonic() + timeout
         store = await self.store()
         poll = 0.002
@@ -416,7 +422,7 @@ class App:
             poll = min(poll * 1.5, 0.1)
 
     async def cancel_async(self, job_id: int) -> Job:
-        return await (await self.store()).job_cancel(job_id, self.clock())
+        return await (await self.store()).job_cancel(_job_id(job_id), self.clock())
 
     def cancel(self, job_id: int) -> Job:
         return self.portal_call(self.cancel_async(job_id))
@@ -424,13 +430,14 @@ class App:
     async def respawn_async(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
         """Queue dead, cancelled or expired jobs again with a fresh try count."""
         now = self.clock()
-        return await (await self.store()).job_respawn(job_ids, now, policy.expires_at(now, ttl))
+        ids = _job_ids(job_ids)
+        return await (await self.store()).job_respawn(ids, now, policy.expires_at(now, ttl))
 
     def respawn(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
         return self.portal_call(self.respawn_async(job_ids, ttl))
 
     async def purge_async(self, job_ids: Sequence[int]) -> int:
-        return await (await self.store()).job_purge(job_ids, self.clock())
+        return await (await self.store()).job_purge(_job_ids(job_ids), self.clock())
 
     def purge(self, job_ids: Sequence[int]) -> int:
         return self.portal_call(self.purge_async(job_ids))
@@ -443,7 +450,7 @@ class App:
         return self.portal_call(self.list_jobs_async(**filters))
 
     async def explain_async(self, job_id: int) -> Explanation:
-        return await insights.explain(await self.store(), job_id, self.clock())
+        return await insights.explain(await self.store(), _job_id(job_id), self.clock())
 
     def explain(self, job_id: int) -> Explanation:
         return self.portal_call(self.explain_async(job_id))
@@ -493,6 +500,8 @@ class App:
 
     def run_worker(self, **options: Any) -> None:
         """Run a worker in this thread until stopped (or, with ``burst=True``, drained)."""
+        if _running_loop() is not None:
+            raise RuntimeError("run_worker() blocks: in async code, await run_worker_async()")
         asyncio.run(self.run_worker_async(**options))
 
     async def run_worker_async(self, **options: Any) -> None:
@@ -511,3 +520,30 @@ async def _close_at_shutdown(store: Store) -> AsyncGenerator[None]:
         yield
     finally:
         await store.close()
+
+
+def _job_id(job_id: int) -> int:
+    """A job id as the API takes it: an int; one no database holds is simply not found."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
+    if not 0 < job_id < 1 << 63:
+        raise JobNotFound(job_id)
+    return job_id
+
+
+def _job_ids(job_ids: Sequence[int]) -> list[int]:
+    """The ids a database could hold; the others are not found, so nothing to do."""
+    found = []
+    for job_id in job_ids:
+        try:
+            found.append(_job_id(job_id))
+        except JobNotFound:
+            continue
+    return found
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

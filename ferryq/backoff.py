@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+#: The longest wait ferryq takes anywhere (a delay, a ttl, a backoff): ten years.
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+
 Kind = Literal["exponential", "fixed", "intervals"]
 
 
@@ -80,6 +83,8 @@ def _checked(kind: Kind, seconds: tuple[float, ...], jitter: float) -> Backoff:
         raise ValueError(f"retry: backoff seconds must be finite numbers (got {list(seconds)})")
     if any(s < 0 for s in seconds):
         raise ValueError("retry: backoff seconds must not be negative")
+    if any(s > MAX_SECONDS for s in seconds):
+        raise ValueError(f"retry: backoff seconds must be at most {MAX_SECONDS:.0f} (ten years)")
     if kind == "exponential" and seconds[0] <= 0:
         raise ValueError("retry: exponential base must be positive")
     if not 0.0 <= jitter <= 1.0:  # nan too

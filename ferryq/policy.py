@@ -15,7 +15,7 @@ from ferryq.lanes import MAX_LANE_LENGTH
 YEAR = 365 * 24 * 3600.0
 #: The longest delay, ttl, ttr or deduplication window: far enough for any schedule,
 #: near enough that every time stays a date that clocks and calendars can show.
-MAX_SECONDS = 10 * YEAR
+MAX_SECONDS = backoff_mod.MAX_SECONDS
 MAX_RUN_AT = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC
 MAX_TRIES_LIMIT = 65535
 MAX_TEXT = 255

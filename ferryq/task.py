@@ -27,7 +27,10 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.name = name
         self.defaults = defaults
-        self.is_async = inspect.iscoroutinefunction(fn)
+        # An object whose __call__ is async is awaited too.
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            type(fn).__call__
+        )
         self.context_param = _context_parameter(fn)
         signature = inspect.signature(fn)
         self._context_index = _positional_index(signature, self.context_param)
@@ -209,6 +212,17 @@ def _context_parameter(fn: Callable[..., Any]) -> str | None:
     except Exception:  # unresolvable string annotations: fall back to their text
         hints = {n: p.annotation for n, p in inspect.signature(fn).parameters.items()}
     for name, hint in hints.items():
-        if name != "return" and (hint is Context or hint in ("Context", "ferryq.Context")):
+        if name != "return" and _is_context(hint):
             return name
     return None
+
+
+def _is_context(hint: object) -> bool:
+    """``Context``, also as ``Context | None`` or ``Optional[Context]`` (or their text)."""
+    if hint is Context:
+        return True
+    if isinstance(hint, str):
+        text = hint.replace(" ", "").replace("ferryq.", "")
+        return text in ("Context", "Context|None", "None|Context", "Optional[Context]")
+    parts = typing.get_args(hint)
+    return Context in parts and all(part in (Context, type(None)) for part in parts)

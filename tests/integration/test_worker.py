@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import sys
 import threading
 from typing import Any
@@ -332,6 +333,34 @@ async def test_a_call_the_handler_cannot_take_is_refused_at_enqueue(app: ferryq.
     mixed = await positional_only.enqueue_async(1, b=2)  # stored as [1, 2]: it can run
     await drain_async(app)
     assert await mixed.result_async(timeout=1) == 12
+
+
+class _Greeter:
+    async def __call__(self, name: str) -> str:
+        return f"hello {name}"
+
+
+async def test_odd_but_fair_uses_of_the_api(app: ferryq.App) -> None:
+    @app.task
+    async def optional_context(ctx: ferryq.Context | None = None) -> int:
+        assert ctx is not None
+        return ctx.attempt
+
+    greet = app.task(name="greet")(_Greeter())
+    handles = [await optional_context.enqueue_async(), await greet.enqueue_async("you")]
+    await drain_async(app)
+    assert [await h.result_async(timeout=1) for h in handles] == [1, "hello you"]
+    with pytest.raises(ferryq.ConfigurationError, match="name="):
+        app.task(functools.partial(_Greeter()))
+    with pytest.raises(TypeError, match="a job id is an int"):
+        await app.get_job_async(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(2**70)
+    assert await app.respawn_async([2**70, -1]) == []
+    with pytest.raises(ValueError, match="nan"):
+        await handles[0].result_async(timeout=float("nan"))
+    with pytest.raises(RuntimeError, match="run_worker_async"):
+        app.run_worker(burst=True)
 
 
 async def test_delays_and_priorities(app: ferryq.App, clock: FrozenClock) -> None:

@@ -54,6 +54,8 @@ def test_round_trip_through_storage() -> None:
         lambda: backoff.intervals([]),
         lambda: backoff.exponential(cap=10, base=0),
         lambda: backoff.fixed(1, jitter=2),
+        lambda: backoff.fixed(1e13),
+        lambda: backoff.from_signed(11 * 365 * 86400),
     ],
 )
 def test_invalid_policies_are_refused(make: object) -> None:
