@@ -85,7 +85,9 @@ class AdminApi:
         chosen = fields.get("token") or None  # empty: one is generated, as lmstfy does
         if chosen is not None and len(chosen) < tokens.MIN_TOKEN_LENGTH:
             return error(400, "the user token was too short")
-        if chosen is not None and (len(chosen) > 256 or ":" in chosen or "\x00" in chosen):
+        if chosen is not None and (
+            len(chosen) > 256 or ":" in chosen or not tokens.writable(chosen)
+        ):
             return error(400, "invalid token")
         secret = tokens.generate() if chosen is None else chosen
         record = Token(namespace, tokens.digest(secret), description, tokens.hint(secret),

@@ -175,6 +175,11 @@ def test_nul_characters_are_refused_with_lmstfys_messages(
          "invalid token"),
         ("POST", f"/token/{namespace}", {"data": {"description": "d", "token": "\x00" + chosen}},
          "invalid token"),
+        # Nor can a token with spaces or control characters travel in a header or path.
+        ("POST", f"/token/{namespace}", {"data": {"description": "d", "token": " " * 25}},
+         "invalid token"),
+        ("POST", f"/token/{namespace}", {"data": {"description": "d", "token": chosen + "\t"}},
+         "invalid token"),
         ("POST", f"/token/{namespace}%00", {"params": {"description": "d"}}, forbidden),
         ("GET", f"/token/{namespace}%00", {}, forbidden),
         ("DELETE", f"/token/{namespace}%00/{token}", {}, forbidden),
