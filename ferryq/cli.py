@@ -438,13 +438,14 @@ def jobs_cancel(ctx: click.Context, job_id: int, as_json: bool) -> None:
 
 @jobs.command("retry")
 @click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1, required=True)
+@json_option
 @click.pass_context
-def jobs_retry(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
+def jobs_retry(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
     """Queue dead, cancelled or expired jobs again with a fresh try count."""
     app = get_app(ctx)
     retriable = {State.DEAD, State.CANCELLED, State.EXPIRED}
     check_states(app, job_ids, retriable, "retried (only dead, cancelled or expired jobs)")
-    report("respawned", app.respawn(list(job_ids)))
+    report("respawned", app.respawn(list(job_ids)), as_json)
 
 
 # -- dead letters --------------------------------------------------------------
@@ -477,19 +478,23 @@ queue_option = click.option("--queue", help="With --all: only this queue.")
 @click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1)
 @all_option
 @queue_option
+@json_option
 @click.pass_context
 def dead_respawn(
-    ctx: click.Context, job_ids: tuple[int, ...], every: bool, queue: str | None
+    ctx: click.Context, job_ids: tuple[int, ...], every: bool, queue: str | None, as_json: bool
 ) -> None:
     """Queue dead jobs again with a fresh try count."""
     app = get_app(ctx)
     check_selection(job_ids, every, queue)
     if every:
         moved = for_every_dead(app, queue, "respawning", lambda ids: len(app.respawn(ids)))
-        out.print(f"respawned {moved} dead job(s)")
+        if as_json:
+            emit_json({"respawned": moved})
+        else:
+            out.print(f"respawned {moved} dead job(s)")
         return
     check_states(app, job_ids, {State.DEAD}, "respawned here (not dead)")
-    report("respawned", app.respawn(list(job_ids)))
+    report("respawned", app.respawn(list(job_ids)), as_json)
 
 
 @dead.command("purge")
@@ -497,9 +502,15 @@ def dead_respawn(
 @all_option
 @queue_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 @click.pass_context
 def dead_purge(
-    ctx: click.Context, job_ids: tuple[int, ...], every: bool, queue: str | None, yes: bool
+    ctx: click.Context,
+    job_ids: tuple[int, ...],
+    every: bool,
+    queue: str | None,
+    yes: bool,
+    as_json: bool,
 ) -> None:
     """Delete dead jobs for good."""
     app = get_app(ctx)
@@ -508,12 +519,18 @@ def dead_purge(
         check_states(app, job_ids, {State.DEAD}, "purged (not dead)")
     count = dead_count(app, queue) if every else len(job_ids)
     if count == 0:
-        out.print("no dead jobs", style="dim")
+        if as_json:
+            emit_json({"purged": 0})
+        else:
+            out.print("no dead jobs", style="dim")
         return
     if not yes:
         click.confirm(f"Delete {count} dead job(s) for good?", abort=True, err=True)
     purged = for_every_dead(app, queue, "purging", app.purge) if every else app.purge(list(job_ids))
-    out.print(f"purged {purged} dead job(s)")
+    if as_json:
+        emit_json({"purged": purged})
+    else:
+        out.print(f"purged {purged} dead job(s)")
 
 
 def check_selection(job_ids: Sequence[int], every: bool, queue: str | None) -> None:
@@ -533,8 +550,11 @@ def check_states(app: App, job_ids: Sequence[int], allowed: set[State], what: st
         raise CliError(f"{listed}; cannot be {what}; nothing was changed")
 
 
-def report(verb: str, ids: Sequence[int]) -> None:
-    out.print(f"{verb} {len(ids)} job(s): {' '.join(str(i) for i in ids)}")
+def report(verb: str, ids: Sequence[int], as_json: bool = False) -> None:
+    if as_json:
+        emit_json({verb: list(ids)})
+    else:
+        out.print(f"{verb} {len(ids)} job(s): {' '.join(str(i) for i in ids)}")
 
 
 def dead_count(app: App, queue: str | None) -> int:

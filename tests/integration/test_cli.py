@@ -368,6 +368,17 @@ def test_dead_respawn_and_purge_all(ferryq: Run) -> None:
     assert "no dead jobs" in ok(ferryq("dead", "purge", "--all")).stdout
 
 
+def test_retry_respawn_and_purge_speak_json(ferryq: Run) -> None:
+    first, second, third = make_dead(ferryq, 3)
+    assert as_json(ferryq("dead", "respawn", str(first), "--json")) == {"respawned": [first]}
+    ok(ferryq("jobs", "cancel", str(first)))
+    assert as_json(ferryq("jobs", "retry", str(first), "--json")) == {"respawned": [first]}
+    assert as_json(ferryq("dead", "purge", str(second), "--yes", "--json")) == {"purged": 1}
+    assert as_json(ferryq("dead", "respawn", "--all", "--json")) == {"respawned": 1}
+    assert job(ferryq, third)["state"] == "ready"
+    assert as_json(ferryq("dead", "purge", "--all", "--yes", "--json")) == {"purged": 0}
+
+
 def test_dead_respawn_needs_ids_or_all(ferryq: Run) -> None:
     assert ferryq("dead", "respawn").returncode == 2
     assert ferryq("dead", "respawn", "1", "--all").returncode == 2
