@@ -100,7 +100,7 @@ class Overview:
     totals: dict[str, int]
     activity: Activity
     recent_dead: list[Job]
-    halted: list[LaneInfo]
+    halted: list[tuple[str, LaneInfo]]  # (namespace, lane)
     workers: list[WorkerInfo]
     at: float  # when it was computed
 
@@ -122,7 +122,7 @@ async def overview(store: Store, namespace: str | None, now: float) -> Overview:
     dead = await store.job_list(JobFilter(namespace=namespace, state=State.DEAD, limit=5))
     namespaces = [namespace] if namespace is not None else sorted({r.namespace for r in rows})
     halted = [
-        lane for ns in namespaces for lane in await store.lane_list(ns, 20)
+        (ns, lane) for ns in namespaces for lane in await store.lane_list(ns, 20)
         if lane.halted_by is not None
     ]  # fmt: skip
     return Overview(

@@ -18,6 +18,9 @@ def test_overview_counts_charts_and_dead_letters(admin: Page, dash: Dash) -> Non
     expect(admin.locator('tr[data-queue="uploads"]')).to_be_visible()
     expect(admin.locator('[data-count="dead"]')).to_have_text("3")
     expect(admin.locator('[data-count="halted"]')).to_have_text("1")
+    # The tile leads to the lanes page of the namespace whose lane is halted.
+    tile = admin.locator("a.tile", has=admin.locator('[data-count="halted"]'))
+    expect(tile).to_have_attribute("href", "/ui/lanes?ns=default")
     expect(admin.locator('[data-count="scheduled"]')).to_have_text("1")
     # Both charts are drawn, with bars for the minute the story ran.
     expect(admin.locator("svg.chart")).to_have_count(2)
