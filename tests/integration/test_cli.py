@@ -237,34 +237,23 @@ def test_jobs_at_times_beyond_any_calendar_are_shown(ferryq_each: Run, backend_u
     assert job(ferryq_each, job_id)["run_at"] == 1e300
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["jobs", "show"],
-        ["jobs", "explain"],
-        ["jobs", "cancel"],
-        ["jobs", "retry"],
-        ["dead", "respawn"],
-        ["dead", "purge", "--yes"],
-    ],
-)
+#: The commands that take job ids.
+BY_ID = [
+    ["jobs", "show"],
+    ["jobs", "explain"],
+    ["jobs", "cancel"],
+    ["jobs", "retry"],
+    ["dead", "respawn"],
+    ["dead", "purge", "--yes"],
+]
+
+
+@pytest.mark.parametrize("command", BY_ID)
 def test_an_unknown_job_is_not_found(ferryq: Run, command: list[str]) -> None:
     assert failed(ferryq(*command, "999"), 1) == "Error: no job with id 999"
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["jobs", "show"],
-        ["jobs", "explain"],
-        ["jobs", "cancel"],
-        ["jobs", "retry"],
-        ["dead", "respawn"],
-        ["dead", "purge", "--yes"],
-        ["jobs", "ls", "--after"],
-        ["dead", "ls", "--after"],
-    ],
-)
+@pytest.mark.parametrize("command", [*BY_ID, ["jobs", "ls", "--after"], ["dead", "ls", "--after"]])
 @pytest.mark.parametrize("job_id", ["9223372036854775808", "0"])
 def test_a_job_id_beyond_what_the_database_stores_is_a_usage_error(
     ferryq_each: Run, command: list[str], job_id: str
