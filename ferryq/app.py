@@ -28,7 +28,7 @@ from ferryq.errors import (
     SerializationError,
 )
 from ferryq.handle import JobHandle
-from ferryq.job import Job, State
+from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
@@ -526,7 +526,7 @@ def _job_id(job_id: int) -> int:
     """A job id as the API takes it: an int; one no database holds is simply not found."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise TypeError(f"a job id is an int, not {type(job_id).__name__}")
-    if not 0 < job_id < 1 << 63:
+    if not 0 < job_id <= MAX_JOB_ID:
         raise JobNotFound(job_id)
     return job_id
 

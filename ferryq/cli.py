@@ -31,14 +31,14 @@ from ferryq import _render, backoff
 from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
 from ferryq.errors import FerryqError, JobNotFound, StoreError
-from ferryq.job import Job, State
+from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
 
 #: Jobs per page when an operation walks every dead job (``--all``).
 PAGE = 500
 #: A job id as both backends store it: a positive signed 64-bit integer.
-JOB_ID = click.IntRange(1, 2**63 - 1)
+JOB_ID = click.IntRange(1, MAX_JOB_ID)
 # A worker process hands the interpreter from thread to thread every millisecond
 # rather than Python's default five: the SQLite store writes from a thread of its own,
 # and after each statement that thread must win the interpreter back from a busy

@@ -10,6 +10,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The largest job id: both backends store ids as signed 64-bit integers.
+MAX_JOB_ID = (1 << 63) - 1
+
 
 class State(enum.StrEnum):
     """Job states (contract). A state compares equal to its name."""

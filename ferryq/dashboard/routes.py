@@ -37,7 +37,7 @@ from ferryq.dashboard.auth import (
 from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
-from ferryq.job import TERMINAL_STATES, Job, State
+from ferryq.job import MAX_JOB_ID, TERMINAL_STATES, Job, State
 from ferryq.lanes import check_rule
 from ferryq.policy import NAME_RE
 from ferryq.server import http, tokens
@@ -64,7 +64,6 @@ NOTICES = {"respawn": "Respawned {n} job(s).", "purge": "Purged {n} job(s).",
            "cancel-requested": "Cancel requested for {n} running job(s): each ends when its "
                                "handler stops.",
            "rule": "Lane rule saved.", "rule-deleted": "Lane rule removed."}  # fmt: skip
-INT64_MAX = (1 << 63) - 1
 log = logging.getLogger("ferryq.dashboard")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -238,7 +237,7 @@ class Dashboard:
 
     async def job(self, request: Request, viewer: Viewer) -> Response:
         job_id: int = request.path_params["job_id"]
-        job = await self._visible(viewer, job_id) if job_id <= INT64_MAX else None
+        job = await self._visible(viewer, job_id) if job_id <= MAX_JOB_ID else None
         if job is None:
             return self.render_error(request, 404, f"No job {job_id} here.", viewer)
         try:
@@ -460,7 +459,7 @@ def _text(raw: str) -> str:
 def _int(raw: str | None) -> int | None:
     if raw is None or raw == "":
         return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > INT64_MAX:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > MAX_JOB_ID:
         raise BadInput(f"not a whole number: {raw[:40]!r}")
     return int(raw)
 

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from ferryq import backoff, metrics
 from ferryq.insights import HTTP_TASK
-from ferryq.job import Job, State
+from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.policy import JobOptions
 from ferryq.server import http
 from ferryq.server.engine import Engine
@@ -43,7 +43,6 @@ MAX_COUNT = 100
 MAX_BLOCK_SECONDS = 600
 #: Dead-letter respawns and deletes work through this many jobs per statement.
 DEAD_BATCH = 1000
-INT64_MAX = (1 << 63) - 1
 #: A body is bounded as it arrives (MAX_BODY_BYTES); stored as a JSON string it may grow:
 #: by a third as base64, up to six times as escaped text.
 ARGS_LIMIT = 6 * http.MAX_BODY_BYTES + 2
@@ -515,7 +514,7 @@ def _job_id(request: Request) -> int | None:
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
         return None
     job_id = int(raw)
-    return job_id if job_id <= INT64_MAX else None
+    return job_id if job_id <= MAX_JOB_ID else None
 
 
 def _dead_limit(request: Request) -> int | None:
