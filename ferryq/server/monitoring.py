@@ -71,7 +71,12 @@ def _pattern(route: BaseRoute, scope: Scope) -> str:
         inner = route_pattern(route.routes, scope)
         return route.path + ("/{path:path}" if inner == UNMATCHED else inner)
     path = getattr(route, "path", None)
-    return path if isinstance(path, str) else UNMATCHED
+    if isinstance(path, str):
+        return path
+    # A router included whole as one route (FastAPI's include_router, the native API):
+    # the pattern of the route inside it.
+    inner_routes = getattr(getattr(route, "original_router", None), "routes", None)
+    return UNMATCHED if inner_routes is None else route_pattern(inner_routes, scope)
 
 
 def metrics_endpoint(engine: Engine) -> Callable[[Request], Awaitable[Response]]:

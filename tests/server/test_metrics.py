@@ -47,6 +47,11 @@ def test_http_jobs_are_counted_and_jobs_by_state_come_from_the_database(
     )  # fmt: skip
     assert re.search(r'ferryq_http_requests_total\{[^}]*route="/api/\{ns\}/\{q\}",'
                      r'method="PUT",status="201"\} [1-9]', text)  # fmt: skip
+    # The native API's routes, included as a router of their own, are labelled too.
+    with server.api_client() as api:
+        assert api.get("/v1/jobs/1").status_code == 401
+    assert re.search(r'ferryq_http_requests_total\{[^}]*route="/v1/jobs/\{job_id\}",'
+                     r'method="GET",status="401"\} [1-9]', scrape(server))  # fmt: skip
     for header in ("HELP", "TYPE"):  # each counter's samples carry the name its TYPE gives
         assert f"# {header} ferryq_jobs_enqueued_total " in text
         assert f"# {header} ferryq_jobs_enqueued " not in text
