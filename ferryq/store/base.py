@@ -242,6 +242,10 @@ class Store(Protocol):
 
     async def job_finish_many(self, finishes: Sequence[Finish]) -> FinishReport: ...
 
+    def refuses(self, error: BaseException) -> bool:
+        """Whether ``error``, raised by a write, says the database refused the values
+        written (and would refuse them again): not that it was busy or out of reach."""
+
     async def job_finish_and_claim(
         self,
         finishes: Sequence[Finish],

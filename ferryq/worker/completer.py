@@ -7,16 +7,25 @@ class owns the buffer and keeps writing until it is empty. A failed write is
 retried: a finish is never dropped while the worker runs. Only a stopping worker
 whose database stays unreachable gives up, after a bounded wait (``drain``), on
 the finishes it could not write; their jobs run again once their leases expire.
+
+A batch the database refuses because of one finish's values must not hold back every
+finish behind it: after a failed write the next one takes half the batch, so such a
+finish ends up written alone, and when the database refuses it alone (``refuses``)
+it is replaced by a failed attempt that says so (``refused``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from ferryq.store.base import Finish, FinishReport
+from ferryq import _json
+from ferryq.store.base import Finish, FinishKind, FinishReport
 
 log = logging.getLogger("ferryq.worker")
 
@@ -25,10 +34,16 @@ class Completer:
     def __init__(
         self,
         on_written: Callable[[list[Finish], FinishReport], None],
+        refuses: Callable[[BaseException], bool],
         max_batch: int = 2000,
     ) -> None:
         self._on_written = on_written
-        self._max_batch = max_batch
+        self._refuses = refuses
+        self._max_batch = self._take = max_batch
+        # After a failed write: the first ``_suspect`` pending finishes hold one the
+        # database refuses, and each write takes half of those still suspect.
+        self._suspect = 0
+        self._again_now = False  # the last failed write is being narrowed down: no wait
         self._pending: list[Finish] = []
         self._in_flight = 0
         self._wake = asyncio.Event()
@@ -57,19 +72,41 @@ class Completer:
         self._wake.set()
 
     def take(self) -> list[Finish]:
-        batch = self._pending[: self._max_batch]
+        batch = self._pending[: self._take]
         del self._pending[: len(batch)]
         self._in_flight += len(batch)
         return batch
 
-    def restore(self, batch: list[Finish]) -> None:
-        """Put back a batch whose write failed, ahead of newer finishes."""
+    @property
+    def in_doubt(self) -> bool:
+        """A write failed and the finishes it held are being written apart: the next
+        writes should hold nothing else, so that a refusal is theirs."""
+        return self._suspect > 0
+
+    def restore(self, batch: list[Finish], error: BaseException, alone: bool) -> None:
+        """Put back a batch whose write failed with ``error``, ahead of newer finishes.
+        The next write takes half of it; a finish the database refused when written
+        ``alone`` (the write held nothing else) is replaced by a failed attempt."""
         self._in_flight -= len(batch)
+        if isinstance(error, Exception) and batch:  # not a write cut off by the stop
+            refusal = self._refuses(error)
+            if alone and len(batch) == 1 and refusal and batch[0].kind in _VALUES:
+                log.error("the database refused the outcome of job %d (%s), writing a failed "
+                          "attempt instead: %r", batch[0].id, batch[0].kind, error)  # fmt: skip
+                self._again_now = (batch[0].error or {}).get("type") != REFUSED  # once
+                batch = [refused(batch[0], error)]
+                self._suspect, self._take = 0, self._max_batch
+            else:
+                self._suspect = len(batch)
+                self._take = max(1, len(batch) // 2)
+                self._again_now = refusal
         self._pending[:0] = batch
 
     def written(self, batch: list[Finish], report: FinishReport) -> None:
         self._in_flight -= len(batch)
         if batch:
+            self._suspect = max(0, self._suspect - len(batch))
+            self._take = (self._suspect + 1) // 2 if self._suspect else self._max_batch
             self.writes += 1
             self._on_written(batch, report)
         if not self.backlog:
@@ -87,7 +124,12 @@ class Completer:
                 continue
             try:
                 await self._flush()
-            except Exception:
+            except Exception as exc:
+                if self._again_now:  # the database answers: isolate the finish at once
+                    self._again_now = False
+                    log.warning("writing completions failed, %d pending: %r",
+                                len(self._pending), exc)  # fmt: skip
+                    continue
                 log.exception("writing %d completion(s) failed; retrying in %.2f s",
                               len(self._pending), delay)  # fmt: skip
                 await asyncio.sleep(delay)
@@ -103,3 +145,43 @@ class Completer:
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), within)
+
+
+#: What a finish's values are, by its kind: what the database may have refused.
+_VALUES = {"succeeded": "result", "next": "next stage", "retry": "error", "dead": "error"}
+#: The error type of an attempt whose outcome the database refused.
+REFUSED = "OutcomeRefused"
+
+
+def refused(finish: Finish, error: BaseException) -> Finish:
+    """The failed attempt written in place of ``finish``, whose values the database
+    refused with ``error``: a retry stays a retry and a dead job dead, their error
+    replaced by this one; a result or a next stage refused ends the job dead, as one
+    that cannot be serialized does. Cancelled and returned finishes carry no values of
+    their own, so they stay as they are."""
+    if finish.kind not in _VALUES:
+        return finish
+    former = finish.error or {}
+
+    def kept(key: str, kind: type) -> Any:
+        value = former.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return None
+        return _json.printable(value) if isinstance(value, str) else value
+
+    message = _json.printable(f"{type(error).__name__}: {error}")[:2000]
+    replacement = {
+        "type": REFUSED,
+        "message": f"the database refused this attempt's {_VALUES[finish.kind]}: {message}",
+        "traceback": None,
+        "attempt": kept("attempt", int),
+        "stage": kept("stage", str),
+        "worker": kept("worker", str),
+        "at": finish.finished_at if math.isfinite(finish.finished_at) else None,
+    }
+    kind: FinishKind = "retry" if finish.kind == "retry" else "dead"
+    return dataclasses.replace(
+        finish, kind=kind, result="null", error=replacement, stage=None, context=None,
+        run_at=finish.run_at if kind == "retry" else None,
+        order_time=finish.order_time if kind == "retry" else None,
+    )  # fmt: skip

@@ -70,7 +70,8 @@ class Producer:
         async with self._cycles:
             finishes = self.completer.take()
             free = self.capacity - len(self.active) - self._reserved
-            limit = 0 if self.stopping.is_set() else max(0, min(free, self.batch))
+            stop_claiming = self.stopping.is_set() or self.completer.in_doubt
+            limit = 0 if stop_claiming else max(0, min(free, self.batch))
             if not finishes and not limit:
                 return 0
             self._reserved += limit
@@ -78,8 +79,8 @@ class Producer:
                 report, claimed = await self.store.job_finish_and_claim(
                     finishes, self.namespace, self.queues, limit, self.worker_id, self.clock()
                 )
-            except BaseException:
-                self.completer.restore(finishes)
+            except BaseException as exc:
+                self.completer.restore(finishes, exc, alone=not limit)
                 raise
             finally:
                 self._reserved -= limit
@@ -93,8 +94,8 @@ class Producer:
         while not self.stopping.is_set():
             # Cleared before looking, so a slot freed from here on wakes the wait below.
             self.slot_freed.clear()
-            if self.capacity - len(self.active) <= 0:
-                await self._wait(self.max_idle, watch_db=False)
+            if self.capacity - len(self.active) <= 0 or self.completer.in_doubt:
+                await self._wait(self.max_idle, watch_db=False)  # a slot, or a write
                 continue
             writes_before_claim = self.completer.writes
             try:

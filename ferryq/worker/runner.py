@@ -105,7 +105,7 @@ class Worker:
         store = self._store = await self.app.store()
         if any(not t.is_async for t in self.app.tasks.values()):
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
-        completer = self._completer = Completer(self._on_written)
+        completer = self._completer = Completer(self._on_written, store.refuses)
         producer = self._producer = Producer(
             store, completer, namespace=self.app.namespace, queues=self.queues,
             worker_id=self.id, tasks=self.app.tasks, capacity=self.concurrency + self.prefetch,

@@ -83,6 +83,11 @@ _CONNECTION_LOST = (
 )
 
 
+#: SQLSTATE classes that refuse the values written, whatever the moment: data
+#: exceptions (22), integrity violations (23) and limits exceeded (54).
+_REFUSALS = ("22", "23", "54")
+
+
 class PostgresStore(base.Store):
     def __init__(self, url: str, *, min_size: int = 0, max_size: int = 10) -> None:
         self.url = url
@@ -234,6 +239,13 @@ class PostgresStore(base.Store):
             return str(await conn.execute(statement.sql, *statement.args(params)))
 
         return await self._session(execute, transaction=False)
+
+    def refuses(self, error: BaseException) -> bool:
+        if isinstance(error, ValueError | TypeError | OverflowError):
+            return True  # not even encoded: a text no codec takes, an integer past 64 bits
+        if not isinstance(error, asyncpg.PostgresError):
+            return False
+        return str(getattr(error, "sqlstate", None) or "")[:2] in _REFUSALS
 
     # -- migrations --------------------------------------------------------------
 

@@ -60,6 +60,18 @@ _NONE = FinishReport([], [])
 URL_OPTIONS = ("synchronous",)
 
 
+#: Result codes that refuse the values written, whatever the moment: a write that got
+#: them would get them again (where busy, locked, I/O and full may pass).
+_REFUSALS = frozenset(
+    (
+        sqlite3.SQLITE_TOOBIG,
+        sqlite3.SQLITE_CONSTRAINT,
+        sqlite3.SQLITE_MISMATCH,
+        sqlite3.SQLITE_RANGE,
+    )
+)
+
+
 class SQLiteStore(base.Store):
     def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0):
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -205,6 +217,14 @@ class SQLiteStore(base.Store):
         if self._conn is None:
             raise StoreError("the store is not open")
         return self._conn
+
+    def refuses(self, error: BaseException) -> bool:
+        if isinstance(error, ValueError | TypeError | OverflowError):
+            return True  # not even bound: a text no codec takes, an integer past 64 bits
+        if not isinstance(error, sqlite3.Error):
+            return False
+        code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary code
+        return code in _REFUSALS or (code == sqlite3.SQLITE_ERROR and "JSON" in str(error))
 
     # -- migrations --------------------------------------------------------------
 

@@ -1,0 +1,141 @@
+"""The completer's narrowing down of a refused write, on a fake database (pure logic)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from ferryq.store.base import Finish, FinishKind, FinishReport
+from ferryq.worker.completer import REFUSED, Completer, refused
+
+
+class Refused(Exception):
+    pass
+
+
+def finish(job_id: int, kind: FinishKind = "succeeded", **values: object) -> Finish:
+    return Finish(kind, job_id, 1, 100.0, 99.0, **values)  # type: ignore[arg-type]
+
+
+class FakeDatabase:
+    """Refuses, as a whole, every write holding the finish of a job in ``refusing``
+    (unless it is the failed attempt written in its place)."""
+
+    def __init__(self, completer: Completer, refusing: set[int]) -> None:
+        self.completer, self.refusing = completer, refusing
+        self.stored: dict[int, Finish] = {}
+        self.writes = 0
+
+    async def flush(self) -> None:
+        self.writes += 1
+        batch = self.completer.take()
+        if any(f.id in self.refusing and not _replaced(f) for f in batch):
+            self.completer.restore(batch, Refused("no"), alone=True)
+            raise Refused("no")
+        self.stored.update((f.id, f) for f in batch)
+        self.completer.written(batch, FinishReport([f.id for f in batch], []))
+
+
+def _replaced(f: Finish) -> bool:
+    return f.error is not None and f.error.get("type") == REFUSED
+
+
+def completer_over(refusing: set[int]) -> tuple[Completer, FakeDatabase]:
+    completer = Completer(lambda batch, report: None, lambda exc: isinstance(exc, Refused))
+    database = FakeDatabase(completer, refusing)
+    completer.bind(database.flush)
+    return completer, database
+
+
+async def drain(completer: Completer) -> None:
+    running = asyncio.create_task(completer.run())
+    await completer.drain(within=60)
+    await running
+
+
+@pytest.mark.parametrize("poison_at", [0, 999, 1999])
+async def test_one_refused_finish_in_a_full_batch_is_found_in_few_writes(poison_at: int) -> None:
+    completer, database = completer_over({poison_at})
+    for job_id in range(2000):
+        completer.add(finish(job_id))
+    await drain(completer)
+    assert sorted(database.stored) == list(range(2000))
+    assert database.stored[poison_at].kind == "dead"
+    assert database.stored[poison_at].error["type"] == REFUSED  # type: ignore[index]
+    assert all(f.kind == "succeeded" for i, f in database.stored.items() if i != poison_at)
+    assert database.writes <= math.ceil(math.log2(2000)) + 3  # halving, one write a step
+
+
+async def test_writes_are_full_again_once_past_the_finishes_in_doubt() -> None:
+    completer, _ = completer_over(set())
+    for job_id in range(30):
+        completer.add(finish(job_id))
+    completer.restore(completer.take(), ConnectionResetError(), alone=True)  # halved all the same
+    assert completer.in_doubt
+    sizes = []
+    while completer.pending:
+        batch = completer.take()
+        sizes.append(len(batch))
+        completer.written(batch, FinishReport([f.id for f in batch], []))
+    assert sizes == [15, 8, 4, 2, 1] and not completer.in_doubt
+    for job_id in range(30, 40):
+        completer.add(finish(job_id))
+    assert len(completer.take()) == 10
+
+
+async def test_a_write_cut_off_by_the_stop_is_put_back_whole() -> None:
+    completer, _ = completer_over({1})
+    for job_id in range(4):
+        completer.add(finish(job_id))
+    batch = completer.take()
+    completer.restore(batch, asyncio.CancelledError(), alone=True)
+    assert completer.pending == batch and not completer.in_doubt
+    assert len(completer.take()) == 4
+    (lone,) = batch[1:2]
+    completer.restore([lone], asyncio.CancelledError(), alone=True)
+    assert completer.pending[0] is lone  # a cut-off lone finish is not replaced either
+
+
+async def test_a_refusal_is_blamed_on_a_finish_only_when_it_was_written_alone() -> None:
+    completer, _ = completer_over({1})
+    completer.add(finish(1))
+    (lone,) = completer.take()
+    completer.restore([lone], Refused("no"), alone=False)  # a claim shared that write
+    assert completer.pending == [lone] and completer.in_doubt
+    (again,) = completer.take()
+    completer.restore([again], Refused("no"), alone=True)
+    (written,) = completer.pending
+    assert written.kind == "dead" and written.error["type"] == REFUSED  # type: ignore[index]
+    assert not completer.in_doubt
+
+
+@pytest.mark.parametrize(
+    ("kind", "becomes"),
+    [("succeeded", "dead"), ("next", "dead"), ("dead", "dead"), ("retry", "retry")],
+)
+def test_what_is_written_in_place_of_a_refused_finish(kind: FinishKind, becomes: str) -> None:
+    error = {"type": "E", "message": "\x00", "attempt": 2, "stage": "b\x00", "worker": "w9",
+             "at": 1.0}  # fmt: skip
+    original = finish(7, kind, result='"x"', error=error, stage="s", context="{}",
+                      run_at=130.0, order_time=129.0)  # fmt: skip
+    replacement = refused(original, ValueError("bad \x00 value"))
+    assert (replacement.kind, replacement.id, replacement.fence) == (becomes, 7, 1)
+    assert (replacement.finished_at, replacement.started_at) == (100.0, 99.0)
+    assert replacement.result == "null" and replacement.stage is replacement.context is None
+    assert replacement.error == {
+        "type": REFUSED,
+        "message": "the database refused this attempt's "
+        f"{ {'succeeded': 'result', 'next': 'next stage'}.get(kind, 'error') }: "
+        "ValueError: bad \\x00 value",
+        "traceback": None, "attempt": 2, "stage": "b\\x00", "worker": "w9", "at": 100.0,
+    }  # fmt: skip
+    expected_times = (130.0, 129.0) if becomes == "retry" else (None, None)
+    assert (replacement.run_at, replacement.order_time) == expected_times
+
+
+@pytest.mark.parametrize("kind", ["cancelled", "returned"])
+def test_finishes_without_values_of_their_own_are_kept(kind: FinishKind) -> None:
+    original = finish(7, kind)
+    assert refused(original, ValueError("no")) is original
