@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect
 
+import ferryq
 from tests.dashboard.conftest import ADMIN, Dash, browser_page, sign_in_token, signed_in_client
 from tests.dashboard.story import OTHER_NAMESPACE, SCRIPT
 from tests.server.harness import (
@@ -241,3 +243,32 @@ def test_bad_input_is_a_400_that_changes_nothing(dash: Dash) -> None:
             shown = client.get(refused.headers["location"])
             assert shown.status_code == 200 and 'class="error"' in shown.text
         assert "dead since" in client.get(f"/ui/jobs/{dash.story.dead}").text
+
+
+def test_a_page_that_fails_is_the_dashboards_500_page(tmp_path: Path) -> None:
+    """A real failure underneath (the jobs table gone from under the server) is a 500
+    page with the dashboard's headers, logged, on a connection that stays usable."""
+    path = tmp_path / "broken.db"
+    app = ferryq.App(f"sqlite:///{path}")
+    job = app.enqueue("anything").id
+    app.close()
+    credential = f"{ADMIN[0]}:{ADMIN[1]}"
+    with running_server(f"sqlite:///{path}", tmp_path, credential=credential) as server:
+        with httpx.Client(base_url=server.api, timeout=30) as client:
+            form = client.get("/ui/login").text
+            signed = client.post("/ui/login", data={"csrf": _csrf(form), "user": ADMIN[0],
+                                                    "password": ADMIN[1]})  # fmt: skip
+            assert signed.status_code == 303
+            assert client.get(f"/ui/jobs/{job}").status_code == 200
+            with sqlite3.connect(path) as db:
+                db.execute("ALTER TABLE ferryq_jobs RENAME TO ferryq_jobs_away")
+            failed = client.get(f"/ui/jobs/{job}")
+            assert failed.status_code == 500
+            assert "Something went wrong; it is logged." in failed.text
+            assert "ferryq_jobs" not in failed.text  # the cause is in the log, not the page
+            assert "content-security-policy" in failed.headers
+            assert failed.headers["content-type"].startswith("text/html")
+            with sqlite3.connect(path) as db:
+                db.execute("ALTER TABLE ferryq_jobs_away RENAME TO ferryq_jobs")
+            assert client.get(f"/ui/jobs/{job}").status_code == 200  # same connection
+        assert f"dashboard page /ui/jobs/{job} failed" in server.stderr()
