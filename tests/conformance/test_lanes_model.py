@@ -102,8 +102,9 @@ class LaneMachine(RuleBasedStateMachine):
     ) -> None:
         expires = None if ttl is None else self.now + ttl
         queue = data.draw(st.sampled_from(self.queues))
-        job = new_job(self.now, lane=lane, delay=delay, expires_at=expires, max_tries=2, ttr=TTR,
-                      queue=queue)  # fmt: skip
+        job = new_job(
+            self.now, lane=lane, delay=delay, expires_at=expires, max_tries=2, ttr=TTR, queue=queue
+        )
         for row in self.run(self.store.job_insert_many(job, ["[]"] * n)):
             self.jobs[row.id] = Known(row.id, lane)
         self.refresh()
