@@ -458,16 +458,18 @@ class App:
     # -- lanes -------------------------------------------------------------------
 
     async def set_lane_limit_async(
-        self, pattern: str, limit: int, on_dead: str = "continue"
+        self, pattern: str, limit: int, on_dead: str | None = None
     ) -> LaneRule:
         """Limit a lane (``post:42``) or every lane under a prefix (``tenant:*``) to
         ``limit`` running jobs; ``on_dead="halt"`` stops the lane behind a dead job.
+        Without ``on_dead`` an existing rule keeps its policy, a new one continues.
         Jobs not started yet follow the new rule at once."""
-        rule = lanes.check_rule(pattern, limit, on_dead)
-        await (await self.store()).lane_rule_set(self.namespace, rule, self.clock())
+        store = await self.store()
+        rule = lanes.changed_rule(await store.lane_rules(self.namespace), pattern, limit, on_dead)
+        await store.lane_rule_set(self.namespace, rule, self.clock())
         return rule
 
-    def set_lane_limit(self, pattern: str, limit: int, on_dead: str = "continue") -> LaneRule:
+    def set_lane_limit(self, pattern: str, limit: int, on_dead: str | None = None) -> LaneRule:
         return self.portal_call(self.set_lane_limit_async(pattern, limit, on_dead))
 
     async def clear_lane_limit_async(self, pattern: str) -> bool:

@@ -617,7 +617,8 @@ def lanes_ls(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.argument("pattern", required=False)
 @click.argument("limit", type=int, required=False)
 @click.option("--on-dead", type=click.Choice(lanes_module.ON_DEAD),
-              help="With LIMIT: halt the lane behind a dead job, or go on [continue].")  # fmt: skip
+              help="With LIMIT: halt the lane behind a dead job, or go on. Left out, a "
+                   "rule keeps its policy; a new rule continues.")  # fmt: skip
 @click.option("--clear", is_flag=True, help="Remove the rule for PATTERN.")
 @json_option
 @click.pass_context
@@ -649,7 +650,7 @@ def lanes_limit(
         else:
             out.print(Text(f"no rule for {pattern}: nothing changed", style="dim"))
     elif limit is not None:
-        rule = app.set_lane_limit(pattern, limit, on_dead or "continue")
+        rule = app.set_lane_limit(pattern, limit, on_dead)
         if as_json:
             emit_json(asdict(rule))
         else:

@@ -71,6 +71,17 @@ def check_rule(pattern: str, limit: int, on_dead: str) -> LaneRule:
     return LaneRule(pattern, limit, on_dead)
 
 
+def changed_rule(
+    rules: Iterable[LaneRule], pattern: str, limit: int, on_dead: str | None
+) -> LaneRule:
+    """``pattern``'s rule with a new limit, validated. Without ``on_dead`` the rule keeps
+    the policy it has (SPEC §19: a changed limit keeps the rule's other settings); a
+    new rule continues."""
+    if on_dead is None:
+        on_dead = next((rule.on_dead for rule in rules if rule.pattern == pattern), "continue")
+    return check_rule(pattern, limit, on_dead)
+
+
 def rule_for(rules: Iterable[LaneRule], lane: str) -> LaneRule:
     """The lane's own rule, else the longest matching prefix, else the default (1)."""
     best: LaneRule | None = None

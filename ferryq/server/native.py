@@ -297,8 +297,9 @@ class NativeApi:
         return http.json(200, {"limits": [dataclasses.asdict(rule) for rule in rules]})
 
     async def lane_limit_set(self, body: LaneLimitIn, token: Caller) -> Response:
+        rules = await self.store.lane_rules(token.namespace)
         try:
-            rule = lanes.check_rule(body.pattern, body.limit, body.on_dead)
+            rule = lanes.changed_rule(rules, body.pattern, body.limit, body.on_dead)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         await self.store.lane_rule_set(token.namespace, rule, self.engine.now())

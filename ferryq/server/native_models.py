@@ -115,7 +115,10 @@ class BatchIn(JobOptionsIn):
 class LaneLimitIn(_Strict):
     pattern: Text = Field(description="A lane (post:42), or a prefix ending in * (tenant:*).")
     limit: Limit
-    on_dead: Literal["continue", "halt"] = "continue"
+    on_dead: Literal["continue", "halt"] | None = Field(
+        default=None,
+        description="Left out, an existing rule keeps its policy and a new one continues.",
+    )
 
 
 class JobIdsIn(_Strict):

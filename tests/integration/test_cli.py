@@ -450,6 +450,14 @@ def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     assert [rule["pattern"] for rule in rules(ferryq)] == ["tenant:*"]
 
 
+def test_a_changed_lane_limit_keeps_its_policy(ferryq_each: Run) -> None:
+    ferryq = ferryq_each
+    ok(ferryq("lanes", "limit", "import:*", "1", "--on-dead", "halt"))
+    assert "import:*: limit 2, on dead halt" in ok(ferryq("lanes", "limit", "import:*", "2")).stdout
+    ok(ferryq("lanes", "limit", "import:*", "3", "--on-dead", "continue"))
+    assert rules(ferryq) == [{"pattern": "import:*", "limit": 3, "on_dead": "continue"}]
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [

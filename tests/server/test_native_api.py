@@ -510,6 +510,9 @@ def test_lanes_and_their_limits(v1: V1) -> None:
         {"pattern": odd, "limit": 3, "on_dead": "halt"},
         {"pattern": "post:*", "limit": 2, "on_dead": "continue"},
     ]}  # fmt: skip
+    # A limit changed without a policy keeps the rule's (SPEC §19).
+    put = v1.http.put("/lanes/limits", json={"pattern": odd, "limit": 4})
+    assert put.json() == {"pattern": odd, "limit": 4, "on_dead": "halt"}
     assert v1.http.delete("/lanes/limits", params={"pattern": odd}).status_code == 204
     refused(v1.http.delete("/lanes/limits", params={"pattern": odd}), 404)
     refused(v1.http.delete("/lanes/limits"), 422)
