@@ -321,9 +321,9 @@ class App:
         options: JobOptions,
         payload_limit: int | None = None,
     ) -> NewJob:
-        options.validate()
-        policy.check_text("task", task)
         now = self.clock()
+        options.validate(now)
+        policy.check_text("task", task)
         due = policy.due_time(now, options)
         priority = options.priority or 0.0
         limit = payload_limit or self.max_payload_bytes

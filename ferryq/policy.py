@@ -54,7 +54,9 @@ class JobOptions:
         options.validate()
         return options
 
-    def validate(self) -> None:
+    def validate(self, now: float | None = None) -> None:
+        """ValueError naming the first bad option. With ``now`` (at enqueue) a
+        ``run_at`` is checked against the ttl too."""
         _check_name("queue", self.queue)
         _check_name("namespace", self.namespace)
         check_text("lane", self.lane, MAX_LANE_LENGTH)
@@ -80,6 +82,23 @@ class JobOptions:
             raise ValueError("delay and run_at cannot both be given")
         if self.unique_for is not None and self.unique_key is None:
             raise ValueError("unique_for needs a unique_key")
+        if expires_before_due(self.ttl, self.delay):
+            raise ValueError(
+                "ttl must be at least delay: the job would expire before it is due "
+                f"(got ttl {self.ttl:g}, delay {self.delay:g})"
+            )
+        wait = None if now is None or self.run_at is None else self.run_at - now
+        if expires_before_due(self.ttl, wait):
+            raise ValueError(
+                "ttl must last until run_at: the job would expire before it is due "
+                f"(got ttl {self.ttl:g}, run_at {wait:.0f} seconds away)"
+            )
+
+
+def expires_before_due(ttl: float | None, wait: float | None) -> bool:
+    """Whether a ttl ends before the job is due, so that it could only expire. A ttl
+    equal to the wait passes, as lmstfy has it (it refuses only ttl < delay)."""
+    return ttl is not None and wait is not None and ttl < wait
 
 
 def check_text(option: str, value: str | None, max_length: int = MAX_TEXT) -> None:

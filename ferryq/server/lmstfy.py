@@ -25,7 +25,7 @@ from starlette.routing import Route
 from ferryq import backoff, metrics
 from ferryq.insights import HTTP_TASK
 from ferryq.job import MAX_JOB_ID, Job, State
-from ferryq.policy import JobOptions
+from ferryq.policy import JobOptions, expires_before_due
 from ferryq.server import http
 from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT, RequestTooLarge, error, parse_uint
@@ -449,7 +449,7 @@ def _publish_options(request: Request, ns: str, q: str) -> JobOptions | Response
     tries = parse_uint(http.query(request, "tries"), DEFAULT_TRIES, 16)
     if tries is None:
         return error(400, "invalid tries")
-    if 0 < ttl < delay:
+    if ttl and expires_before_due(ttl, delay):  # ttl 0 is no expiry
         return error(400, "ttl is shorter than delay")
     if tries == 0:
         return error(400, "tries shouldn't be zero")

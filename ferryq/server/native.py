@@ -149,7 +149,7 @@ class NativeApi:
     async def _enqueue(
         self, token: Token, task: str, args: Sequence[Any], body: JobOptionsIn
     ) -> list[JobHandle]:
-        options = _job_options(token.namespace, body)
+        options = _job_options(token.namespace, body, self.engine.now())
         encoded = [_storable_json(one, f"arguments of {task}") for one in args]
         if not self.engine.limiter.take(token, "write", len(encoded)):
             raise ApiError(429, "the publish rate limit of this token is reached; retry later")
@@ -332,13 +332,13 @@ def native_router(engine: Engine) -> APIRouter:
     return NativeApi(engine).router()
 
 
-def _job_options(namespace: str, body: JobOptionsIn) -> JobOptions:
+def _job_options(namespace: str, body: JobOptionsIn, now: float) -> JobOptions:
     """JobOptions from the body, checked as the Python API checks them (400 if not)."""
     values = body.model_dump(include=set(JobOptionsIn.model_fields), exclude={"retry"})
     try:
         retry = None if body.retry is None else backoff.from_signed(body.retry)
         options = JobOptions(namespace=namespace, retry=retry, **values)
-        options.validate()
+        options.validate(now)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
     _storable_json(options.context, "context")

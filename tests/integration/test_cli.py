@@ -160,6 +160,7 @@ def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
         ("[]", ["--priority", "40000000"], "--priority"),
         ("[]", ["--delay", "-1"], "--delay"),
         ("[]", ["--ttl", "0"], "--ttl"),
+        ("[]", ["--delay", "30", "--ttl", "10"], "--ttl must be at least --delay"),
         ("[]", ["--unique-for", "10"], "--unique-for"),
         ("[]", ["--queue", "no spaces"], "--queue"),
         ("[]", ["--lane", ""], "lane"),

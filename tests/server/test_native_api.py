@@ -270,6 +270,8 @@ BAD_BODIES: list[tuple[int, Any]] = [
     (422, ["task", "t"]),
     (400, {"task": "t", "delay": 1, "run_at": 5}),
     (400, {"task": "t", "unique_for": 60}),
+    (400, {"task": "t", "delay": 30, "ttl": 10}),
+    (400, {"task": "t", "run_at": 4e9, "ttl": 60}),  # 2096
     (400, {"task": "t", "args": ["\ud800"]}),
     (400, {"task": "t", "context": {"k": "\udfff"}}),
     (400, {"task": "t", "args": ["x" * (MiB + 1)]}),
@@ -287,6 +289,13 @@ def test_bad_input_is_refused_and_writes_nothing(v1: V1, status: int, body: Any)
                               headers={"content-type": "application/json"})  # fmt: skip
         assert answer.status_code in (400, 413, 422), answer.text
     assert v1.jobs() == {"jobs": [], "next": None}
+
+
+def test_a_ttl_shorter_than_the_delay_is_refused_as_the_python_api_refuses_it(v1: V1) -> None:
+    said = refused(v1.http.post("/jobs", json={"task": "t", "delay": 30, "ttl": 10}), 400)
+    assert said == "ttl must be at least delay: the job would expire before it is due " \
+        "(got ttl 10, delay 30)"  # fmt: skip
+    assert v1.http.post("/jobs", json={"task": "t", "delay": 30, "ttl": 30}).status_code == 201
 
 
 def test_malformed_or_oversized_bodies_are_refused(v1: V1) -> None:
