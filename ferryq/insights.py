@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,12 @@ WORKER_ALIVE_SECONDS = 15.0
 #: The task of jobs published through the lmstfy-compatible API: HTTP clients consume
 #: them, not Python workers.
 HTTP_TASK = "lmstfy"
+#: How a server's id (the holder of the leases its HTTP consumers take) begins. A server
+#: writes no heartbeat of its own: HTTP consumers answer for their leases by ack or ttr.
+HTTP_HOLDER_PREFIX = "http:"
+#: The stores on which this process takes part in maintenance (a server does), so that
+#: expired leases are recovered whether or not a worker runs (see ``maintained_here``).
+_MAINTAINED: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,15 @@ def unix_time(ts: float) -> str:
     return f"Unix time {ts:g}"
 
 
+def maintained_here(store: Store, maintained: bool = True) -> None:
+    """Say that this process runs (or no longer runs) the maintenance duties on
+    ``store``: explain then counts on it to recover expired leases."""
+    if maintained:
+        _MAINTAINED.add(store)
+    else:
+        _MAINTAINED.discard(store)
+
+
 async def explain(store: Store, job_id: int, now: float) -> Explanation:
     job = await store.job_get(job_id)
     if job is None:
@@ -74,7 +90,7 @@ async def explain(store: Store, job_id: int, now: float) -> Explanation:
     if job.terminal:
         return _explain_terminal(job)
     if job.state == State.RUNNING:
-        return _explain_running(job, now)
+        return _explain_running(job, await _lease_keepers(store, job, now), now)
     if job.expires_at is not None and job.expires_at <= now:
         return _say(job, "expiring", f"passed its ttl at {when(job.expires_at)}; it will not run",
                     expires_at=job.expires_at)  # fmt: skip
@@ -123,19 +139,72 @@ def _explain_terminal(job: Job) -> Explanation:
                 error=job.error)  # fmt: skip
 
 
-def _explain_running(job: Job, now: float) -> Explanation:
-    data = {"worker": job.worker, "lease_until": job.lease_until, "fence": job.fence}
+@dataclass(frozen=True, slots=True)
+class _Keepers:
+    """Who answers for a running job's lease: its holder's last heartbeat (None if it
+    has none on record), and whether anyone will recover the lease once it runs out."""
+
+    heartbeat_at: float | None
+    holder_stopped: bool
+    live_workers: int
+    maintained: bool
+
+    def data(self) -> dict[str, Any]:
+        return {"worker_heartbeat_at": self.heartbeat_at, "worker_stopped": self.holder_stopped,
+                "live_workers": self.live_workers, "maintained": self.maintained}  # fmt: skip
+
+
+async def _lease_keepers(store: Store, job: Job, now: float) -> _Keepers:
+    workers = await store.worker_list()
+    live = [w for w in workers if w.heartbeat_at >= now - WORKER_ALIVE_SECONDS]
+    holder = next((w for w in workers if w.id == job.worker), None)
+    beat = None if holder is None else holder.heartbeat_at
+    # An HTTP consumer's lease has no heartbeat behind it: it is never "stopped".
+    by_http = (job.worker or "").startswith(HTTP_HOLDER_PREFIX)
+    stopped = not by_http and (beat is None or beat < now - WORKER_ALIVE_SECONDS)
+    maintained = bool(live) or store in _MAINTAINED
+    return _Keepers(beat, stopped, len(live), maintained)
+
+
+def _explain_running(job: Job, keepers: _Keepers, now: float) -> Explanation:
+    data = {"worker": job.worker, "lease_until": job.lease_until, "fence": job.fence,
+            **keepers.data()}  # fmt: skip
+    expired = job.lease_until is not None and job.lease_until < now
+    # A holder that stopped heartbeating does not finish the job: its lease must run out.
+    gone = _holder_gone(job, keepers, now)
+    after = "" if expired else f" after {when(job.lease_until)}"
+    fate = [gone, _recovery(keepers, after)] if gone else []
     if job.cancel_requested:
-        return _say(job, "cancelling", f"cancel requested; worker {job.worker} is stopping it",
-                    **data)  # fmt: skip
-    if job.lease_until is not None and job.lease_until < now:
-        return _say(job, "lease_expired",
-                    f"lease of worker {job.worker} ran out at {when(job.lease_until)}; "
-                    "the maintenance leader will recover it", **data)  # fmt: skip
-    return _say(job, "running",
-                f"leased by worker {job.worker} until {when(job.lease_until)} "
-                f"(attempt {job.attempts} of {job.max_tries}, fence {job.fence})",
-                **data)  # fmt: skip
+        doing = fate or [f"worker {job.worker} is stopping it"]
+        return _say(job, "cancelling", "; ".join(["cancel requested", *doing]), **data)
+    if expired:
+        ran_out = f"lease of worker {job.worker} ran out at {when(job.lease_until)}"
+        parts = [ran_out, *(fate or [_recovery(keepers, after)])]
+        return _say(job, "lease_expired", "; ".join(parts), **data)
+    leased = (f"leased by worker {job.worker} until {when(job.lease_until)} "
+              f"(attempt {job.attempts} of {job.max_tries}, fence {job.fence})")  # fmt: skip
+    return _say(job, "running", "; ".join([leased, *fate]), **data)
+
+
+def _holder_gone(job: Job, keepers: _Keepers, now: float) -> str:
+    """Why the lease holder has probably stopped, or "" while it heartbeats."""
+    if not keepers.holder_stopped:
+        return ""
+    if keepers.heartbeat_at is None:
+        return f"worker {job.worker} has no heartbeat on record; it has probably stopped"
+    ago = max(now - keepers.heartbeat_at, 0.0)
+    return f"worker {job.worker} last heartbeat {ago:.0f} s ago; it has probably stopped"
+
+
+def _recovery(keepers: _Keepers, after: str) -> str:
+    """What recovers the lease (``after`` its end, if it has not run out yet): the
+    maintenance leader, or nothing until a worker runs."""
+    if not keepers.maintained:
+        return (f"no worker is running: start one (ferryq worker ...) and the lease will be "
+                f"recovered{after}")  # fmt: skip
+    if after:
+        return f"the maintenance leader will recover the lease{after}"
+    return "the maintenance leader will recover it"
 
 
 def _explain_not_due(job: Job) -> Explanation:

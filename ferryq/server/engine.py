@@ -17,6 +17,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+from ferryq import insights
 from ferryq.app import App
 from ferryq.handle import JobHandle
 from ferryq.job import Job
@@ -40,7 +41,8 @@ class Engine:
 
     def __init__(self, app: App, *, maintenance: bool = True) -> None:
         self.app = app
-        self.id = f"http:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        host, pid = socket.gethostname(), os.getpid()
+        self.id = f"{insights.HTTP_HOLDER_PREFIX}{host}:{pid}:{secrets.token_hex(3)}"
         self.limiter = RateLimiter()
         self._maintenance_enabled = maintenance
         self._store: Store | None = None
@@ -77,6 +79,7 @@ class Engine:
         if self._maintenance_enabled:
             self._maintenance = MaintenanceLoop(self._store, self.id, self.app.clock)
             self._services.append(asyncio.create_task(self._maintenance.run()))
+            insights.maintained_here(self._store)  # explain: leases are recovered here
 
     def close(self) -> None:
         """Stop serving: waiting consumers return empty-handed at once."""
@@ -91,6 +94,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._maintenance is not None:
+            insights.maintained_here(self.store, False)
             with contextlib.suppress(Exception):
                 await self._maintenance.leave()
         await self.app.aclose()

@@ -12,11 +12,13 @@ import pytest
 from starlette.types import ASGIApp, Message
 
 import ferryq
+from ferryq import insights
 from ferryq.server import lmstfy, tokens
 from ferryq.server.app import build_api
 from ferryq.server.engine import Engine
-from ferryq.store.base import Token
+from ferryq.store.base import Token, WorkerInfo
 from ferryq.worker.maintenance import Maintenance
+from tests.conformance.jobs import claim_one, insert
 from tests.conftest import FrozenClock
 
 NAMESPACE = "ns"
@@ -114,3 +116,27 @@ async def test_a_job_taken_for_a_consumer_already_gone_goes_back(served: Served)
     assert peeked.json()["remain_tries"] == 2
     consumed = await served.api.get(served.path("q"))
     assert (consumed.json()["job_id"], consumed.json()["remain_tries"]) == (job_id, 1)
+
+
+async def test_explain_counts_on_the_servers_own_maintenance(
+    backend_url: str, clock: FrozenClock
+) -> None:
+    # No worker runs, but the server takes part in maintenance: a lease its holder
+    # abandoned is recovered all the same, and explain says so.
+    app = ferryq.App(backend_url, clock=clock)
+    engine = Engine(app)
+    await engine.start()
+    try:
+        job_id = await insert(engine.store, clock.now)
+        assert (await claim_one(engine.store, clock.now)).id == job_id  # by worker w1
+        await engine.store.worker_beat(WorkerInfo("w1", "default", ["default"], "host", 1, 1,
+                                                  clock.now, clock.now))  # fmt: skip
+        clock.advance(20)
+        explained = await insights.explain(engine.store, job_id, clock.now)
+    finally:
+        engine.close()
+        await engine.stop()
+        app.close()
+    assert "worker w1 last heartbeat 20 s ago; it has probably stopped" in explained.message
+    assert "; the maintenance leader will recover the lease after " in explained.message
+    assert explained.data["live_workers"] == 0 and explained.data["maintained"] is True
