@@ -48,6 +48,7 @@ PAGE_SIZE = 50
 MAX_IDS = 500  # jobs one action may name
 MAX_FORM_BYTES = 64 * 1024
 MAX_TEXT = 200
+MAX_NOTICE_COUNT = 999_999_999  # a count a notice shows; a link may say anything
 #: How long a page waits for a first overview before it says it is still counting.
 OVERVIEW_WAIT_SECONDS = 1.0
 FAILED_LOGIN_PAUSE = 0.5
@@ -109,7 +110,8 @@ class Dashboard:
         return [
             Route("/", self._page(self.overview)),
             Route("/jobs", self._page(self.jobs)),
-            Route("/jobs/{job_id:int}", self._page(self.job)),
+            # Not {job_id:int}: Starlette's int() of a path of 5000 digits raises.
+            Route("/jobs/{job_id}", self._page(self.job)),
             Route("/dead", self._page(self.dead)),
             Route("/lanes", self._page(self.lanes)),
             Route("/workers", self._page(self.workers)),
@@ -163,7 +165,8 @@ class Dashboard:
         self, request: Request, viewer: Viewer | None, page: str, status: int = 200, **context: Any
     ) -> HTMLResponse:
         """The page, or only its live fragment when the script asks for it."""
-        context.setdefault("notice", _notice(request))
+        if "notice" not in context:
+            context["notice"] = _notice(request)
         context.setdefault("error", None)
         context.update(viewer=viewer, now=self.engine.now())
         fragment = context.get("fragment")
@@ -236,10 +239,12 @@ class Dashboard:
         return page, kept, older, newest
 
     async def job(self, request: Request, viewer: Viewer) -> Response:
-        job_id: int = request.path_params["job_id"]
-        job = await self._visible(viewer, job_id) if job_id <= MAX_JOB_ID else None
+        raw: str = request.path_params["job_id"]
+        wanted = _count(raw, MAX_JOB_ID)
+        job = None if wanted is None else await self._visible(viewer, wanted)
         if job is None:
-            return self.render_error(request, 404, f"No job {job_id} here.", viewer)
+            return self.render_error(request, 404, f"No job {raw[:40]} here.", viewer)
+        job_id = job.id
         try:
             explained = (
                 await insights.explain(self.engine.store, job_id, self.engine.now())
@@ -459,9 +464,20 @@ def _text(raw: str) -> str:
 def _int(raw: str | None) -> int | None:
     if raw is None or raw == "":
         return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > MAX_JOB_ID:
+    value = _count(raw, MAX_JOB_ID)
+    if value is None:
         raise BadInput(f"not a whole number: {raw[:40]!r}")
-    return int(raw)
+    return value
+
+
+def _count(raw: str, largest: int) -> int | None:
+    """ASCII digits up to ``largest``, else None. Not ``str.isdigit`` alone: '²'
+    passes it and ``int()`` raises on it; nor ``int()`` alone: it takes signs, spaces,
+    underscores and other scripts' digits, and raises past 4300 digits."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(largest)):
+        return None
+    value = int(raw)
+    return value if value <= largest else None
 
 
 def _job_id(raw: str) -> int:
@@ -504,8 +520,8 @@ def _notice(request: Request) -> str | None:
     done = request.query_params.get("done")
     if done not in NOTICES:
         return None
-    count = request.query_params.get("n", "0")
-    return NOTICES[done].format(n=int(count) if count.isdigit() and len(count) < 10 else 0)
+    count = _count(request.query_params.get("n", "0"), MAX_NOTICE_COUNT)
+    return NOTICES[done].format(n=0 if count is None else count)
 
 
 def _actions_for(job: Job) -> list[tuple[str, str]]:
