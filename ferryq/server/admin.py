@@ -116,7 +116,7 @@ class AdminApi:
             return error(404, "token not found")
         try:
             body = jsonlib.loads(await http.read_body(request, 4096))
-        except (ValueError, http.RequestTooLarge):
+        except (ValueError, RecursionError, http.RequestTooLarge):  # nested past the parser
             return error(400, "invalid limit")
         limit = _limit_fields(body)
         if limit is None:

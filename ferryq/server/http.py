@@ -97,8 +97,8 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The whole body, or :class:`RequestTooLarge` as soon as it passes ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = _digits(request.headers.get("content-length") or "", 20)
+    if declared is not None and declared > limit:
         raise RequestTooLarge
     chunks: list[bytes] = []
     size = 0
@@ -129,10 +129,8 @@ def parse_uint(raw: str | None, default: int, bits: int) -> int | None:
     """A whole number as Go's ``ParseUint`` reads it; None when it is not one."""
     if raw is None:
         return default
-    if not raw.isascii() or not raw.isdigit():
-        return None
-    value = int(raw)
-    return value if value < (1 << bits) else None
+    value = _digits(raw, 20)  # 2**64 has 20
+    return value if value is not None and value < (1 << bits) else None
 
 
 def parse_int(raw: str | None, default: int) -> int | None:
@@ -140,11 +138,21 @@ def parse_int(raw: str | None, default: int) -> int | None:
     ASCII digits, within int64); None when it is not one."""
     if raw is None:
         return default
-    digits = raw[1:] if raw[:1] in ("+", "-") else raw
-    if not digits.isascii() or not digits.isdigit():
+    value = _digits(raw[1:] if raw[:1] in ("+", "-") else raw, 19)  # 2**63 has 19
+    if value is None:
         return None
-    value = int(raw)
+    value = -value if raw[:1] == "-" else value
     return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+def _digits(raw: str, most: int) -> int | None:
+    """The value of ASCII decimal digits, None for anything else or for more than
+    ``most`` digits after the leading zeros. ``str.isdigit`` alone passes '²', on
+    which ``int`` raises, as it does past 4300 digits."""
+    if not (raw.isascii() and raw.isdigit()):
+        return None
+    significant = raw.lstrip("0")
+    return int(significant or "0") if len(significant) <= most else None
 
 
 def name_error(namespace: str, queue: str) -> str | None:
