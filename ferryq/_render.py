@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -32,6 +32,34 @@ STATE_STYLES: dict[State, str] = {
     State.CANCELLED: "dim",
     State.EXPIRED: "dim red",
 }
+
+#: The width of output that is not a terminal: no row of a table is ever this long, so
+#: piped into ``grep`` or a file every row is one whole line.
+PIPE_WIDTH = 1_000_000
+
+
+class Output(Console):
+    """A console that prints whole lines where its output is not a terminal.
+
+    Rich would wrap and fold text at 80 columns there (or at the width of a terminal
+    that another stream is attached to), cutting a long task name or lane in two, so
+    ``ferryq jobs ls | grep NAME`` would miss rows. COLUMNS is not read for a pipe.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def console(*, stderr: bool = False) -> Console:
+    """The console the command line and the demo print through."""
+    return Output(stderr=stderr, highlight=False)
+
 
 # -- JSON ----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 from click.core import ParameterSource
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -59,8 +59,8 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = _render.console()
+err = _render.console(stderr=True)
 
 
 class CliError(click.ClickException):
@@ -149,7 +149,11 @@ def main() -> None:
 @click.version_option(ferryq.__version__, prog_name="ferryq")
 @click.pass_context
 def cli(ctx: click.Context, url: str, namespace: str) -> None:
-    """ferryq: durable background jobs in SQL."""
+    """ferryq: durable background jobs in SQL.
+
+    Piped into another program or a file, tables print each row as one whole line
+    (ferryq jobs ls | grep NAME). For scripts, --json prints every field as JSON.
+    """
     given = ctx.get_parameter_source
     ctx.obj = Settings(
         url, namespace,

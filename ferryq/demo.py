@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -52,7 +52,7 @@ DASHBOARD_PORT = 7777  # the server's default; any free port when it is taken
 DASHBOARD_USER = "admin"
 SERVER_START_SECONDS = 20.0
 
-console = Console(highlight=False)
+console = _render.console()
 
 
 @dataclass(slots=True)

@@ -194,6 +194,22 @@ def test_jobs_ls_filters_and_pages(ferryq: Run) -> None:
     assert "send" in ok(ferryq("jobs", "ls")).stdout
 
 
+def test_a_piped_table_prints_each_row_as_one_whole_line(ferryq: Run) -> None:
+    task = "reports.monthly." + "t" * 134  # 150 characters
+    lane = "tenant:" + "l" * 143
+    enqueue(ferryq, task, "[]", "--lane", lane)
+    ok(ferryq("lanes", "limit", lane, "2"))
+    narrow = {"COLUMNS": "80"}  # rich's width for a pipe, unless told otherwise
+    for command, name in [(("jobs", "ls"), task), (("jobs", "ls"), lane),
+                          (("lanes", "ls"), lane), (("lanes", "limit"), lane)]:  # fmt: skip
+        shown = ok(ferryq(*command, env=narrow)).stdout
+        rows = [line for line in shown.splitlines() if name in line]
+        assert len(rows) == 1, shown
+        assert "…" not in shown
+    [row] = [line for line in ok(ferryq("jobs", "ls")).stdout.splitlines() if task in line]
+    assert row.split()[:4] == ["1", "ready", "default", task]
+
+
 def test_jobs_show_and_explain(ferryq: Run) -> None:
     job_id = enqueue(ferryq, "send", '{"to": "a"}', "--delay", "600")
     shown = job(ferryq, job_id)
