@@ -7,18 +7,21 @@ lanes until every job is finished (or time runs out), then explains the job that
 shows from the stored times that each post's comments ran in order and that a slow
 tenant's backlog did not hold up another tenant, and prints commands to look further.
 In a terminal the server and the workers then stay up for the dashboard until Ctrl-C;
-Ctrl-C stops everything cleanly.
+Ctrl-C stops everything cleanly. Elsewhere (a script, CI) the demo ends by itself and
+prints the command that serves the dashboard again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import re
 import secrets
 import selectors
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,8 +109,10 @@ def run(seconds: float = 60.0, workers: int = 2) -> int:
         started = time.monotonic()
         current, complete = watch(app, story, started + seconds, procs)
         summarize(app, story, current, complete, time.monotonic() - started, folder)
-        if dashboard is not None and sys.stdin.isatty():
+        if dashboard is not None and interactive():
             stay_up(dashboard, servers)
+        elif dashboard is not None:
+            say_how_to_serve(dashboard, url)
         return 0
     except WorkersGone:
         console.print(f"[red]the workers exited early; see {folder}/worker-*.log[/red]")
@@ -205,6 +210,44 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def interactive() -> bool:
+    """Whether someone at a terminal can look at the dashboard and press Ctrl-C."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def say_how_to_serve(dashboard: Dashboard, url: str) -> None:
+    """Not in a terminal the demo ends, and its dashboard with it: say how to serve
+    the demo's database again. The credential goes in the environment, not among the
+    arguments that other users of the machine can read."""
+    credential = shlex.quote(f"{dashboard.user}:{dashboard.password}")
+    command = f"{ferryq_command()} server --url {shlex.quote(url)}"
+    console.print(Text(
+        "\nthe dashboard stopped with the demo; to serve it again (Ctrl-C stops it), run\n"
+        f"  FERRYQ_ADMIN_CREDENTIAL={credential} {command}\n"
+        f"then open http://127.0.0.1:7777/ and sign in as {dashboard.user}, "
+        f"password {dashboard.password}"
+    ))  # fmt: skip
+
+
+def ferryq_command() -> str:
+    """How the user's shell reaches this ferryq: ``ferryq`` if that is the one on PATH,
+    else the script's path (``.venv/bin/ferryq`` after ``make demo``)."""
+    script = Path(sys.executable).parent / "ferryq"
+    if not script.exists():
+        return f"{shlex.quote(sys.executable)} -m ferryq"
+    on_path = shutil.which("ferryq")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "ferryq"
+    return shown(script)
+
+
+def shown(path: Path) -> str:
+    """A path for a command to paste: relative to the working directory if under it."""
+    with contextlib.suppress(ValueError):
+        return shlex.quote(str(path.relative_to(Path.cwd())))
+    return shlex.quote(str(path))
 
 
 def stay_up(dashboard: Dashboard, servers: list[subprocess.Popen[bytes]]) -> None:
@@ -317,7 +360,8 @@ def summarize(
     console.print(Text("the flaky upload:  ") + Text(app.explain(story.upload_id).message))
     console.print(Text("the delayed report: ") + Text(app.explain(story.report_id).message))
     summarize_lanes(app, story)
-    base = f"ferryq --url {shlex.quote(app.url)}"
+    ferryq = ferryq_command()
+    base = f"{ferryq} --url {shlex.quote(app.url)}"
     console.print(f"\ndatabase:    {folder / 'demo.db'}")
     console.print(f"worker logs: {folder}/worker-*.log")
     console.print("\ntry next:")
@@ -325,6 +369,9 @@ def summarize(
                     f"jobs explain {story.upload_id}", "dead ls", "stats", "lanes ls",
                     "lanes limit", f"jobs explain {story.slow_ids[-1]}"):  # fmt: skip
         console.print(Text(f"  {base} {command}"))
+    activate = Path(sys.executable).parent / "activate"
+    if ferryq != "ferryq" and activate.exists():
+        console.print(Text(f"  (or first . {shown(activate)}, then plain ferryq)"))
 
 
 def summarize_lanes(app: App, story: Story) -> None:

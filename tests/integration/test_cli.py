@@ -567,15 +567,32 @@ def test_a_halted_lane_shows_and_purge_releases_it(ferryq_each: Run) -> None:
 
 
 def test_demo_runs_the_story_and_prints_a_summary(ferryq: Run) -> None:
-    result = ok(ferryq("demo", "--seconds", "20"))
-    assert "jobs finished" in result.stdout
-    assert "the flaky upload" in result.stdout
-    assert "jobs explain" in result.stdout
-    assert "dead ls" in result.stdout
-    said = " ".join(result.stdout.split())  # as one line: rich wraps at 80 columns here
-    assert "one at a time, in the order written" in said
-    assert "lane 'tenant:slowco' is at its limit of 2" in said
-    assert "lanes ls" in said
+    # As a new user runs it: .venv not activated, so no ferryq on the PATH; and not at
+    # a terminal (stdin and stdout are pipes), so the demo ends by itself.
+    scripts = Path(sys.executable).parent
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != scripts)
+    shown = ok(ferryq("demo", "--seconds", "20", input="", env={"PATH": path})).stdout
+    assert "jobs finished" in shown
+    assert "the flaky upload" in shown
+    assert "jobs explain" in shown
+    assert "dead ls" in shown
+    assert "one at a time, in the order written" in shown  # whole lines: stdout is a pipe
+    assert "lane 'tenant:slowco' is at its limit of 2" in shown
+    assert "lanes ls" in shown
+    # The commands it suggests work as printed, pasted into that shell.
+    lines = [line.strip() for line in shown.splitlines()]
+    suggested = lines[lines.index("try next:") + 1]
+    assert suggested.startswith(".venv/bin/ferryq --url sqlite:///")
+    listed = subprocess.run(["sh", "-c", suggested], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "PATH": path}, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "succeeded" in listed.stdout
+    assert "(or first . .venv/bin/activate, then plain ferryq)" in lines
+    # Its dashboard stopped with it: it says so, and how to serve the database again.
+    assert "the dashboard stopped with the demo; to serve it again (Ctrl-C stops it), run" in lines
+    [serve] = [line for line in lines if line.startswith("FERRYQ_ADMIN_CREDENTIAL=admin:")]
+    database = suggested.split()[2]
+    assert serve.endswith(f" .venv/bin/ferryq server --url {database}")
 
 
 def test_stages_in_jobs_show_and_explain_and_periodic_tasks_in_stats(ferryq: Run) -> None:
