@@ -106,6 +106,19 @@ class FinishReport:
     stale: list[int]  # rejected: the fencing token no longer matches
 
 
+class CycleHalfDone(Exception):
+    """One half of ``job_finish_and_claim`` failed and the other did not (a backend
+    that runs them apart, as PostgreSQL does on two connections): ``report`` says
+    how the finishes were written (None: not written), ``claimed`` holds the jobs
+    claimed, which the worker must still run. The failure is the ``__cause__``."""
+
+    def __init__(self, report: FinishReport | None, claimed: list[Claimed]) -> None:
+        super().__init__("finishing written, claiming failed" if report is not None
+                         else "claiming done, finishing failed")  # fmt: skip
+        self.report = report
+        self.claimed = claimed
+
+
 @dataclass(frozen=True, slots=True)
 class Leases:
     extended: list[int]  # renewed now

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ferryq import _json
+from ferryq.faults import MAX_BACKOFF, FaultLog
 from ferryq.store.base import Finish, FinishKind, FinishReport
 
 log = logging.getLogger("ferryq.worker")
@@ -52,6 +53,8 @@ class Completer:
         self._closing = False
         self._flush: Callable[[], Awaitable[object]] | None = None
         self.writes = 0  # batches written so far: lets a burst know nothing changed
+        self._faults = FaultLog(log)
+        self._in_doubt: set[tuple[int, int]] = set()  # (id, fence) of finishes sent again
 
     def bind(self, flush: Callable[[], Awaitable[object]]) -> None:
         """``flush`` takes the pending finishes (``take``) and writes them."""
@@ -90,6 +93,8 @@ class Completer:
         self._in_flight -= len(batch)
         if isinstance(error, Exception) and batch:  # not a write cut off by the stop
             refusal = self._refuses(error)
+            if not refusal:  # the connection may have dropped after the commit
+                self._in_doubt.update((f.id, f.fence) for f in batch)
             if alone and len(batch) == 1 and refusal and batch[0].kind in _VALUES:
                 log.error("the database refused the outcome of job %d (%s), writing a failed "
                           "attempt instead: %r", batch[0].id, batch[0].kind, error)  # fmt: skip
@@ -108,9 +113,33 @@ class Completer:
             self._suspect = max(0, self._suspect - len(batch))
             self._take = (self._suspect + 1) // 2 if self._suspect else self._max_batch
             self.writes += 1
-            self._on_written(batch, report)
+            self._on_written(batch, self._sorted_out(batch, report))
         if not self.backlog:
             self._idle.set()
+
+    def _sorted_out(self, batch: list[Finish], report: FinishReport) -> FinishReport:
+        """The report with the finishes sent again after a write whose outcome is
+        unknown, and now refused, taken out of ``stale``: most likely that write
+        landed, and they are not a late worker's. The rest are logged as stale."""
+        if not self._in_doubt:
+            self._log_stale(report.stale)
+            return report
+        fences = {f.id: f.fence for f in batch}
+        resent = [i for i in report.stale if (i, fences[i]) in self._in_doubt]
+        self._in_doubt.difference_update(fences.items())
+        if resent:
+            log.info("%d completion(s) sent again after a write whose answer was lost "
+                     "were refused, most likely because that write landed: %s",
+                     len(resent), resent[:20])  # fmt: skip
+        stale = [i for i in report.stale if i not in set(resent)]
+        self._log_stale(stale)
+        return FinishReport(report.accepted, stale)
+
+    @staticmethod
+    def _log_stale(stale: list[int]) -> None:
+        if stale:
+            log.warning("rejected %d stale completion(s) (fencing token no longer current): "
+                        "%s", len(stale), stale[:20])  # fmt: skip
 
     async def run(self) -> None:
         assert self._flush is not None, "bind() a flush before run()"
@@ -130,11 +159,11 @@ class Completer:
                     log.warning("writing completions failed, %d pending: %r",
                                 len(self._pending), exc)  # fmt: skip
                     continue
-                log.exception("writing %d completion(s) failed; retrying in %.2f s",
-                              len(self._pending), delay)  # fmt: skip
+                self._faults.failed("writing completions", exc, retry_in=delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, MAX_BACKOFF)
                 continue
+            self._faults.succeeded("writing completions")
             delay = 0.05
 
     async def drain(self, within: float) -> None:

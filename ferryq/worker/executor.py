@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import enum
-import functools
 import json
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -36,6 +37,13 @@ class LeaseExpired(Exception):
     pass
 
 
+class Interrupted(BaseException):
+    """Raised inside a sync handler's thread to stop it (see ``Attempt.interrupt``).
+
+    A BaseException, so that a handler's ``except Exception`` does not swallow it.
+    """
+
+
 @dataclass(slots=True, eq=False)
 class Attempt:
     """One claimed job inside this worker, from claim to written completion."""
@@ -47,15 +55,78 @@ class Attempt:
     started_at: float | None = None
     stop: Stop | None = None
     runner: asyncio.Task[None] | None = field(default=None, repr=False)
+    thread: _Thread | None = field(default=None, repr=False)  # a sync handler's, running
+    successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
 
     def interrupt(self, reason: Stop) -> None:
-        if self.stop is None:
+        """Stop the handler: an async one is cancelled; a sync one has ``Interrupted``
+        raised in its thread, which takes effect at its next Python instruction (a
+        call blocked in C returns first), except for a cancel, which a sync handler
+        sees as ``ctx.cancelled`` (SPEC §9). The runner of a sync attempt is never
+        cancelled: it ends when the thread does, so a slot is free only once the
+        handler has really stopped."""
+        if self.stop is None or self.stop is Stop.CANCEL:
             self.stop = reason
         if self.ctx is not None:
             self.ctx._cancel()
-        threaded = self.task is not None and not self.task.is_async and self.started_at
-        if self.runner is not None and (not threaded or reason is not Stop.CANCEL):
+        if self.runner is None:
+            return
+        if self.task is not None and not self.task.is_async:
+            if reason is not Stop.CANCEL and self.thread is not None:
+                self.thread.interrupt()
+        else:
             self.runner.cancel()
+
+    @property
+    def running(self) -> bool:
+        return self.runner is not None and not self.runner.done()
+
+
+class _Thread:
+    """The thread a sync handler runs in, while it runs: ``interrupt`` raises
+    ``Interrupted`` there, never in the pool's own code before or after the handler."""
+
+    __slots__ = ("_ident", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ident: int | None = None
+
+    def call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            with self._lock:
+                self._ident = threading.get_ident()
+            return fn(*args, **kwargs)
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        while True:
+            try:
+                with self._lock:
+                    if self._ident is not None:
+                        _clear_async_exc(self._ident)  # one sent but not raised yet
+                    self._ident = None
+                return
+            except Interrupted:  # raised just before it was cleared: the handler is done
+                continue
+
+    def interrupt(self) -> None:
+        with self._lock:
+            if self._ident is not None:
+                _set_async_exc(self._ident, Interrupted)
+
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+_set_async_exc.restype = ctypes.c_int
+_clear_async_exc_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+
+def _clear_async_exc(ident: int) -> None:
+    _clear_async_exc_raw(ident, None)
 
 
 async def run(
@@ -65,6 +136,8 @@ async def run(
     job, started = attempt.job, attempt.started_at
     try:
         value = await _call(attempt, threads)
+    except Interrupted:
+        return _interrupted(attempt, clock(), worker)
     except asyncio.CancelledError as exc:
         current = asyncio.current_task()
         if attempt.stop is not None or (current is not None and current.cancelling()):
@@ -109,8 +182,13 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
         args, kwargs = task.with_context(args, kwargs, attempt.ctx)
     if task.is_async:
         return await task.fn(*args, **kwargs)
-    call = functools.partial(task.fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(threads, call)
+    thread = attempt.thread = _Thread()
+    try:
+        return await asyncio.get_running_loop().run_in_executor(
+            threads, thread.call, task.fn, args, kwargs
+        )
+    finally:
+        attempt.thread = None
 
 
 def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:

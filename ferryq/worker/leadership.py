@@ -10,9 +10,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from ferryq.faults import FaultLog
 from ferryq.store.base import Store
 
 log = logging.getLogger("ferryq.leadership")
@@ -39,6 +41,11 @@ class LeaderLoop(abc.ABC, Generic[T]):
         self.name = name
         self.interval = interval
         self.leader_ttl = leader_ttl
+        # Rounds further apart than this (by the monotonic clock) mean the database
+        # did not answer in between.
+        self.cut_off_after = max(4 * interval, 2.0)
+        self._answered_at: float | None = None
+        self._faults = FaultLog(log)
 
     @abc.abstractmethod
     async def act(self, now: float) -> T:
@@ -53,14 +60,25 @@ class LeaderLoop(abc.ABC, Generic[T]):
             await asyncio.sleep(self.interval)
             try:
                 await self.once()
-            except Exception:
-                log.exception("%s round failed", self.name)
+            except Exception as exc:
+                self._faults.failed(f"{self.name} round", exc)
+            else:
+                self._faults.succeeded(f"{self.name} round")
 
     async def once(self) -> T:
         now = self.clock()
-        if await self.store.leader_acquire(self.name, self.holder, self.leader_ttl, now):
+        leading = await self.store.leader_acquire(self.name, self.holder, self.leader_ttl, now)
+        answered = time.monotonic()
+        if self._answered_at is not None and answered - self._answered_at > self.cut_off_after:
+            self.reconnected(answered - self._answered_at)
+        self._answered_at = answered
+        if leading:
             return await self.act(now)
         return self.idle()
+
+    def reconnected(self, gap: float) -> None:
+        """The database answered after ``gap`` seconds without a round: it was down,
+        locked or slow, for this process and most likely for every other one."""
 
     async def leave(self) -> None:
         """Give up the leadership, so another process takes over at once."""

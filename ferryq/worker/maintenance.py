@@ -7,6 +7,7 @@ so there is no single point of failure and no extra process to deploy.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +20,11 @@ log = logging.getLogger("ferryq.maintenance")
 
 DAY = 86400.0
 LEADER = "maintenance"
+#: After the database answers again from an outage (or a lock, or a stall) the leader
+#: waits this long before recovering expired leases: workers are back within a second
+#: (their back-off is capped at one) and write the outcomes they held, or renew the
+#: leases of what still runs, so finished jobs do not run again.
+SETTLE = 5.0
 
 
 @dataclass(slots=True)
@@ -50,11 +56,13 @@ class Maintenance:
         self.prune_every = prune_every
         self._ticks = 0
 
-    async def tick(self, now: float) -> MaintenanceReport:
-        """One round of every duty; call it only while holding the leadership."""
+    async def tick(self, now: float, *, recover: bool = True) -> MaintenanceReport:
+        """One round of every duty; call it only while holding the leadership.
+        ``recover=False`` leaves expired leases for a later round."""
         report = MaintenanceReport()
         report.promoted = await self.store.job_promote_due(now, self.batch)
-        report.recovered = await self.recover_leases(now)
+        if recover:
+            report.recovered = await self.recover_leases(now)
         report.expired = len(await self.store.job_expire(now, self.batch))
         report.folded = await self.store.history_fold(now)
         if self._ticks % self.prune_every == 0:
@@ -102,9 +110,19 @@ class MaintenanceLoop(LeaderLoop[MaintenanceReport | None]):
     ) -> None:
         super().__init__(store, holder, clock, LEADER, interval=interval, leader_ttl=leader_ttl)
         self.maintenance = Maintenance(store, holder, retention=retention)
+        self._recover_from = 0.0  # monotonic time
 
     async def act(self, now: float) -> MaintenanceReport | None:
-        return await self.maintenance.tick(now)
+        return await self.maintenance.tick(now, recover=time.monotonic() >= self._recover_from)
+
+    def reconnected(self, gap: float) -> None:
+        # Workers cut off as long as this process hold outcomes they could not write
+        # and leases they could not renew. Recovering those leases at once would run
+        # again jobs whose handlers finished meanwhile: they get SETTLE seconds first.
+        self._recover_from = time.monotonic() + SETTLE
+        log.warning("the database answered after %.1f s without a maintenance round: lease "
+                    "recovery waits %.0f s for workers to write what they hold",
+                    gap, SETTLE)  # fmt: skip
 
     def idle(self) -> MaintenanceReport | None:
         return None

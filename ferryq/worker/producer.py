@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ferryq.context import Context
-from ferryq.store.base import Claimed, Store
+from ferryq.faults import MAX_BACKOFF, FaultLog
+from ferryq.store.base import Claimed, CycleHalfDone, Store
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt
 
@@ -24,6 +25,24 @@ if TYPE_CHECKING:
     from ferryq.task import Task
 
 log = logging.getLogger("ferryq.worker")
+
+
+def _in_order(job: Claimed) -> tuple[float, int]:
+    return job.order_time, job.id
+
+
+def _after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
+    """End ``turn`` once ``previous`` has ended: a cycle that starts nothing still
+    keeps its place in the order of cycles."""
+    if previous is None or previous.done():
+        turn.set_result(None)
+    else:
+        previous.add_done_callback(lambda _: _end(turn))
+
+
+def _end(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
 
 
 class Producer:
@@ -61,9 +80,13 @@ class Producer:
         self.stopping = asyncio.Event()
         # Two cycles may be in flight (the completer's and the claim loop's), so the
         # database works on one batch while the next is gathered; slots a cycle may
-        # fill are reserved until its jobs have started.
+        # fill are reserved until its jobs have started. Their jobs start in the order
+        # the cycles began, whichever answers first (``_turn``): on PostgreSQL the
+        # later cycle skips the rows the earlier one locked, so it holds later jobs.
         self._cycles = asyncio.Semaphore(2)
         self._reserved = 0
+        self._turn: asyncio.Future[None] | None = None  # the previous cycle's starts
+        self.faults = FaultLog(log)
 
     async def cycle(self) -> int:
         """Write pending finishes and claim for free slots; return the number claimed."""
@@ -75,19 +98,47 @@ class Producer:
             if not finishes and not limit:
                 return 0
             self._reserved += limit
+            previous, turn = self._turn, asyncio.get_running_loop().create_future()
+            self._turn = turn
             try:
                 report, claimed = await self.store.job_finish_and_claim(
                     finishes, self.namespace, self.queues, limit, self.worker_id, self.clock()
                 )
+            except CycleHalfDone as exc:
+                # Finishes that were written are never sent again (they would read as
+                # stale); jobs that were claimed still run.
+                self._reserved -= limit
+                if exc.report is not None:
+                    self.completer.written(finishes, exc.report)
+                else:
+                    self.completer.restore(finishes, exc.__cause__ or exc, alone=True)
+                await self._start_in_turn(exc.claimed, previous, turn)
+                raise
             except BaseException as exc:
+                self._reserved -= limit
+                _after(previous, turn)
                 self.completer.restore(finishes, exc, alone=not limit)
                 raise
-            finally:
-                self._reserved -= limit
+            self._reserved -= limit
             self.completer.written(finishes, report)
-            for job in claimed:
-                self.start(self._attempt(job))
+            await self._start_in_turn(claimed, previous, turn)
             return len(claimed)
+
+    async def _start_in_turn(
+        self, claimed: list[Claimed], previous: asyncio.Future[None] | None,
+        turn: asyncio.Future[None],
+    ) -> None:  # fmt: skip
+        """Start ``claimed`` in order, once the cycle before has started its own."""
+        if not claimed:
+            _after(previous, turn)
+            return
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            for job in sorted(claimed, key=_in_order):
+                self.start(self._attempt(job))
+        finally:
+            turn.set_result(None)
 
     async def run(self, burst: bool) -> None:
         delay = 0.05
@@ -100,16 +151,18 @@ class Producer:
             writes_before_claim = self.completer.writes
             try:
                 claimed = await self.cycle()
-            except Exception:
-                log.exception("claiming jobs failed; retrying in %.2f s", delay)
+                if not claimed:
+                    now = self.clock()
+                    next_due = await self.store.job_next_due(self.namespace, self.queues)
+            except Exception as exc:
+                self.faults.failed("claiming jobs", exc, retry_in=delay)
                 await self._wait(delay, watch_db=False)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, MAX_BACKOFF)
                 continue
+            self.faults.succeeded("claiming jobs")
             delay = 0.05
             if claimed:
                 continue
-            now = self.clock()
-            next_due = await self.store.job_next_due(self.namespace, self.queues)
             if burst and (next_due is None or next_due > now):
                 # Done only if nothing was in flight and no write landed since the
                 # claim began: a retry written meanwhile may be due already.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import math
 import os
@@ -11,13 +12,13 @@ import secrets
 import signal
 import socket
 import threading
-from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ferryq import metrics
 from ferryq.errors import StoreError
+from ferryq.faults import FaultLog
 from ferryq.policy import JobOptions
 from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import executor
@@ -35,6 +36,18 @@ log = logging.getLogger("ferryq.worker")
 # A stop waits up to the grace period for running jobs, then up to the grace period
 # again, and at least this many seconds, for their outcomes to be written.
 MIN_FINISH_WAIT = 5.0
+#: An attempt whose lease could not be renewed is stopped this long before the lease
+#: passes (a quarter of the ttr for short ones), so that lease recovery never starts
+#: the job elsewhere while it still runs here.
+LEASE_MARGIN = 1.0
+#: The exit status of a worker that could not stop an attempt before its lease passed
+#: (a handler that ignores cancellation, or a sync call blocked in C): it exits at
+#: once rather than let the job run twice at the same time.
+EXIT_STUCK = 70
+
+
+def lease_margin(ttr: float) -> float:
+    return min(LEASE_MARGIN, ttr / 4)
 
 
 class Worker:
@@ -83,7 +96,14 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.handle_signals = handle_signals
         self.active: dict[int, Attempt] = {}  # claimed, handler not finished
-        self._queued: deque[Attempt] = deque()  # claimed, waiting for a slot
+        self._queued: list[_InOrder] = []  # claimed, waiting for a slot: a heap in order
+        # Attempts whose job was claimed again (their lease lost) while they still run;
+        # the new claim waits for them to end (``Attempt.successor``).
+        self._superseded: dict[int, Attempt] = {}
+        # Ended attempts whose outcome is not written yet: their leases are renewed too.
+        self._unwritten: dict[tuple[int, int], Attempt] = {}
+        self._watch_now = asyncio.Event()
+        self._faults = FaultLog(log)
         self._running = 0
         self.stale_completions = 0
         self.finished = 0
@@ -125,7 +145,10 @@ class Worker:
         self._started_at = self.app.clock()
         self._install_signals()
         log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
-        await self._beat()
+        try:
+            await self._beat()
+        except Exception as exc:  # the heartbeat loop goes on trying
+            self._faults.failed("heartbeat", exc)
         background = [
             asyncio.create_task(completer.run(), name="ferryq-completer"),
             asyncio.create_task(self._heartbeat_loop(), name="ferryq-heartbeat"),
@@ -133,6 +156,7 @@ class Worker:
         ]
         if self._periodic is not None:
             background.append(asyncio.create_task(self._periodic.run(), name="ferryq-periodic"))
+        background.append(asyncio.create_task(self._watch_leases(), name="ferryq-lease-watch"))
         unwritten: list[Finish] = []
         try:
             if self.burst:
@@ -178,16 +202,20 @@ class Worker:
     async def _shutdown(self) -> None:
         # Prefetched jobs that never started go straight back.
         while self._queued:
-            self._settle_queued(self._queued.popleft(), "returned")
+            self._settle_queued(heapq.heappop(self._queued).attempt, "returned")
         runners = [a.runner for a in self.active.values() if a.runner is not None]
         if runners:
             log.info("waiting up to %.0f s for %d running job(s)", self.grace, len(runners))
             await asyncio.wait(runners, timeout=self.grace)
-        leftovers = list(self.active.values())
+        leftovers = [a for a in (*self.active.values(), *self._superseded.values()) if a.running]
         for attempt in leftovers:
             attempt.interrupt(Stop.SHUTDOWN)
         if leftovers:
-            log.warning("returned %d unfinished job(s) to the queue", len(leftovers))
+            # The heartbeat still renews their leases: a sync handler blocked in C may
+            # take a while to see the interruption, and must end before its job can
+            # run elsewhere. A second signal exits at once.
+            log.warning("stopping %d unfinished job(s); they go back to the queue",
+                        len(leftovers))  # fmt: skip
             await asyncio.wait([a.runner for a in leftovers if a.runner is not None])
 
     async def _leave(self, store: Store) -> None:
@@ -210,24 +238,50 @@ class Worker:
 
     def _start(self, attempt: Attempt) -> None:
         """A claimed job: run it now if a slot is free, else queue it (prefetch)."""
-        self.active[attempt.job.id] = attempt
         job = attempt.job
         metrics.CLAIMED.inc(1, job.namespace, job.queue)
         metrics.LAG_SECONDS.observe(max(attempt.lease_until - job.ttr - job.run_at, 0.0),
                                     job.namespace, job.queue)  # fmt: skip
+        previous = self.active.get(job.id)
+        self.active[job.id] = attempt
+        if previous is not None and not previous.running:
+            # Claimed again while it waited here for a slot, its lease lost meanwhile:
+            # the database has moved on, so the old claim just goes.
+            self._drop_queued(previous)
+        elif previous is not None:
+            # Claimed again while an attempt of ours still runs: its lease was lost
+            # (the database was out of reach) and the job recovered. The new attempt
+            # starts only once the old one has ended (``_release``), never beside it.
+            log.warning("job %d was claimed again (fence %d) while its attempt with fence "
+                        "%d still runs here: stopping that one first",
+                        job.id, job.fence, previous.job.fence)  # fmt: skip
+            self._superseded[job.id] = previous
+            previous.successor = attempt
+            previous.interrupt(Stop.LEASE)
+            return
+        self._enqueue_or_launch(attempt)
+
+    def _enqueue_or_launch(self, attempt: Attempt) -> None:
         if self._running < self.concurrency:
             self._launch(attempt)
         else:
-            self._queued.append(attempt)
+            heapq.heappush(self._queued, _InOrder(attempt))
 
     def _launch(self, attempt: Attempt) -> None:
+        job = attempt.job
+        if attempt.lease_until - lease_margin(job.ttr) <= self.app.clock():
+            # Its lease passed (or nearly) while it waited: the database may hand it to
+            # another worker any moment, so it must not start here (SPEC §4).
+            log.warning("job %d not started: its lease ran out before a slot was free", job.id)
+            self._settle_queued(attempt, "returned")
+            return
         self._running += 1
         attempt.started_at = self.app.clock()
-        job = attempt.job
         metrics.START_DELAY_SECONDS.observe(
             max(attempt.started_at - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
         )
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
+        self._watch_now.set()
 
     async def _run_attempt(self, attempt: Attempt) -> None:
         clock = self.app.clock
@@ -250,30 +304,48 @@ class Worker:
         self._release(attempt, finish)
 
     def _launch_queued(self) -> None:
-        """Start the first prefetched job whose ttl has not passed meanwhile. One that
-        expired waiting for a slot is handed back unstarted (SPEC §5: never started
-        after its ttl); the leader's next round expires it."""
-        while self._queued:
-            attempt = self._queued.popleft()
+        """Start the first prefetched job, in ``order_time`` order, whose ttl has not
+        passed meanwhile. One that expired waiting for a slot is handed back unstarted
+        (SPEC §5: never started after its ttl); the leader's next round expires it."""
+        while self._queued and self._running < self.concurrency:
+            attempt = heapq.heappop(self._queued).attempt
             expires_at = attempt.job.expires_at
             if expires_at is None or expires_at > self.app.clock():
                 self._launch(attempt)
-                return
-            self._settle_queued(attempt, "returned")
+            else:
+                self._settle_queued(attempt, "returned")
+
+    def _drop_queued(self, attempt: Attempt) -> bool:
+        """Take ``attempt`` out of the prefetched ones, if it is there."""
+        entry = _InOrder(attempt)
+        if entry not in self._queued:
+            return False
+        self._queued.remove(entry)
+        heapq.heapify(self._queued)
+        return True
 
     def _settle_queued(self, attempt: Attempt, kind: FinishKind) -> None:
-        """End a prefetched job that never started (shutdown, cancel)."""
+        """End a prefetched job that never started (shutdown, cancel, lease passed)."""
         self._release(attempt, Finish(kind, attempt.job.id, attempt.job.fence, self.app.clock()))
 
     def _release(self, attempt: Attempt, finish: Finish) -> None:
-        del self.active[attempt.job.id]
+        job_id = attempt.job.id
+        if self.active.get(job_id) is attempt:
+            del self.active[job_id]
+        elif self._superseded.get(job_id) is attempt:
+            del self._superseded[job_id]
         assert self._producer is not None and self._completer is not None
         self._producer.slot_freed.set()
         finish.lane = attempt.job.lane
         metrics.FINISHED.inc(1, attempt.job.namespace, attempt.job.queue, finish.kind)
+        self._unwritten[job_id, finish.fence] = attempt
         self._completer.add(finish)
+        if (successor := attempt.successor) is not None and self.active.get(job_id) is successor:
+            self._enqueue_or_launch(successor)
 
     def _on_written(self, batch: list[Finish], report: FinishReport) -> None:
+        for finish in batch:
+            self._unwritten.pop((finish.id, finish.fence), None)
         self.finished += len(report.accepted)
         self.stale_completions += len(report.stale)
         if report.stale:
@@ -298,11 +370,15 @@ class Worker:
             self._beat_now.clear()
             try:
                 await self._beat()
-            except Exception:
-                log.exception("heartbeat of worker %s failed", self.id)
+            except Exception as exc:
+                self._faults.failed("heartbeat", exc)
+            else:
+                self._faults.succeeded("heartbeat")
 
     async def _beat(self) -> None:
+        """Renew leases first (what keeps jobs from running twice), then say alive."""
         assert self._store is not None
+        await self._renew_leases(self._store)
         now = self.app.clock()
         info = WorkerInfo(
             self.id, self.app.namespace, self.queues, socket.gethostname(), os.getpid(),
@@ -310,32 +386,83 @@ class Worker:
             stats=metrics.METRICS.snapshot(),
         )  # fmt: skip
         await self._store.worker_beat(info)
-        # Renew every lease past a third of its ttr, and at once on ctx.heartbeat().
+
+    async def _renew_leases(self, store: Store) -> None:
+        now = self.app.clock()
+        # Every lease held, of attempts running or waiting for a slot and of those
+        # whose outcome is not written yet (so that the outcome, once the database
+        # answers again, finds its lease still there): each is renewed past a third of
+        # its ttr, and at once on ctx.heartbeat().
+        holding = {**{a.job.id: a for a in self._unwritten.values()}, **self.active}
         extend = [
-            job_id for job_id, a in self.active.items()
+            job_id for job_id, a in holding.items()
             if a.lease_until - now < a.job.ttr * 2 / 3
             or (a.ctx is not None and a.ctx._take_heartbeat())
         ]  # fmt: skip
-        held = [(i, a.job.fence) for i, a in self.active.items()]
-        leases = await self._store.job_leases(held, extend, now)
+        held = [(i, a.job.fence) for i, a in holding.items()]
+        if not held:
+            return
+        leases = await store.job_leases(held, extend, now)
         for job_id in leases.extended:
-            if job_id in self.active:
-                self.active[job_id].lease_until = now + self.active[job_id].job.ttr
+            if (attempt := holding.get(job_id)) is not None:
+                attempt.lease_until = now + attempt.job.ttr
         for job_id in leases.lost:  # recovered or claimed again elsewhere: stop wasting work
-            if (attempt := self.active.get(job_id)) is not None and attempt.runner is not None:
+            if (attempt := self.active.get(job_id)) is not None and attempt.running:
                 attempt.interrupt(Stop.LEASE)
         for job_id in leases.cancel_requested:
             attempt = self.active.get(job_id)
             if attempt is None:
                 continue
             if attempt.runner is None:
-                self._queued.remove(attempt)
-                self._settle_queued(attempt, "cancelled")
+                if self._drop_queued(attempt):
+                    self._settle_queued(attempt, "cancelled")
             else:
                 attempt.interrupt(Stop.CANCEL)
-        for attempt in list(self.active.values()):  # could not renew in time
-            if attempt.lease_until < now and attempt.runner is not None:
+        self._watch_now.set()
+
+    # -- the lease watch: a clock that never waits for the database --------------
+
+    async def _watch_leases(self) -> None:
+        """Stop every attempt whose lease could not be renewed, ``lease_margin`` before
+        it passes, and exit if one cannot be stopped before it does: whatever the
+        database does (down, locked, full), the job then never runs in two places."""
+        while True:
+            self._watch_now.clear()
+            wake = self._check_leases(self.app.clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wake, 0.01)):
+                    await self._watch_now.wait()
+
+    def _check_leases(self, now: float) -> float:
+        """Act on the leases as of ``now``; return the seconds until the next check."""
+        wake = 1.0
+        for attempt in list(self.active.values()):
+            if not attempt.running:
+                continue
+            margin = lease_margin(attempt.job.ttr)
+            stop_at = attempt.lease_until - margin
+            if now < stop_at:
+                wake = min(wake, stop_at - now)
+                continue
+            if attempt.stop is not Stop.LEASE:
+                log.warning("job %d: its lease (ttr %g s) could not be renewed and passes in "
+                            "%.2f s: stopping the attempt", attempt.job.id, attempt.job.ttr,
+                            attempt.lease_until - now)  # fmt: skip
                 attempt.interrupt(Stop.LEASE)
+            give_up_at = attempt.lease_until - margin / 4
+            if now >= give_up_at:
+                self._abandon(attempt)
+            wake = min(wake, give_up_at - now)
+        return wake
+
+    def _abandon(self, attempt: Attempt) -> None:
+        log.critical(
+            "job %d (%s) did not stop when asked and its lease passes in %.2f s: exiting "
+            "now so that it cannot run here while another worker runs it",
+            attempt.job.id, attempt.job.task, attempt.lease_until - self.app.clock(),
+        )  # fmt: skip
+        logging.shutdown()
+        os._exit(EXIT_STUCK)
 
     # -- signals -----------------------------------------------------------------
 
@@ -363,3 +490,21 @@ class Worker:
 
 def _task_queues(app: App) -> list[str]:
     return sorted({task.queue for task in app.tasks.values()}) or ["default"]
+
+
+class _InOrder:
+    """A prefetched attempt in the heap: the smallest ``order_time`` starts first."""
+
+    __slots__ = ("attempt", "key")
+
+    def __init__(self, attempt: Attempt) -> None:
+        self.attempt = attempt
+        self.key = (attempt.job.order_time, attempt.job.id)
+
+    def __lt__(self, other: _InOrder) -> bool:
+        return self.key < other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _InOrder) and other.attempt is self.attempt
+
+    __hash__ = None  # type: ignore[assignment]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import time
 
 import ferryq
 
@@ -52,3 +54,33 @@ def two_stages(ctx: ferryq.Context, started_fifo: str) -> object:
         while True:
             signal.pause()
     return {**ctx.context, "two_by": os.getpid()}
+
+
+def _record_attempt(ctx: ferryq.Context, began: float, outcome: str) -> None:
+    """One line per attempt, written as it ends: job fence pid start end outcome."""
+    _log_line(f"attempt {ctx.job_id} {ctx.fence} {os.getpid()} {began!r} {time.time()!r} {outcome}")
+
+
+@app.task(ttr=3, max_tries=20, retry=ferryq.backoff.fixed(0))
+def work(ctx: ferryq.Context, seconds: float) -> str:
+    """A sync job of ``seconds`` that an interruption stops within ~10 ms."""
+    began, outcome = time.time(), "interrupted"
+    try:
+        while time.time() < began + seconds:
+            time.sleep(0.01)
+        outcome = "done"
+        return outcome
+    finally:
+        _record_attempt(ctx, began, outcome)
+
+
+@app.task(ttr=3, max_tries=20, retry=ferryq.backoff.fixed(0))
+async def work_async(ctx: ferryq.Context, seconds: float) -> str:
+    """The async twin of ``work``."""
+    began, outcome = time.time(), "interrupted"
+    try:
+        await asyncio.sleep(seconds)
+        outcome = "done"
+        return outcome
+    finally:
+        _record_attempt(ctx, began, outcome)

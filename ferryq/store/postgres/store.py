@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from ferryq.errors import InvalidTransition, JobNotFound, StoreError
+from ferryq.faults import FaultLog, one_line
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule, LaneView, Taker, rule_for
 from ferryq.store import base, safe_url
@@ -80,6 +81,9 @@ _CONNECTION_LOST = (
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,  # a connection left half-way through an operation
     asyncpg.exceptions.IdleInTransactionSessionTimeoutError,  # it ended a frozen session
+    # Refused at connect, so nothing began: the server is full (max_connections) or
+    # the role is at its own limit; both pass as other clients leave.
+    asyncpg.exceptions.TooManyConnectionsError,
 )
 
 
@@ -99,6 +103,7 @@ class PostgresStore(base.Store):
         self._leading_turn = asyncio.Lock()
         self._opening = asyncio.Lock()
         self._ready = False
+        self._faults = FaultLog(log)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -205,24 +210,28 @@ class PostgresStore(base.Store):
                 async with self._acquire() as conn:
                     if not transaction:
                         begun = True
-                        return await op(conn)
-                    transaction_of_op = (
-                        conn.transaction(isolation=isolation)
-                        if settings is None
-                        else _transaction_with(conn, settings)
-                    )
-                    async with transaction_of_op:
-                        begun = True
-                        return await op(conn)
+                        result = await op(conn)
+                    else:
+                        transaction_of_op = (
+                            conn.transaction(isolation=isolation)
+                            if settings is None
+                            else _transaction_with(conn, settings)
+                        )
+                        async with transaction_of_op:
+                            begun = True
+                            result = await op(conn)
             except _CONNECTION_LOST as exc:
                 deadline = deadline or time.monotonic() + RECONNECT_SECONDS
                 if (begun and not idempotent) or time.monotonic() > deadline:
                     raise StoreError(
-                        f"lost the connection to PostgreSQL at {self.safe_url}: {exc}"
+                        f"lost the connection to PostgreSQL at {self.safe_url}: {one_line(exc)}"
                     ) from exc
-                log.warning("PostgreSQL connection lost (%s); retrying in %.2f s", exc, delay)
+                self._faults.failed("PostgreSQL connection", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+                continue
+            self._faults.succeeded("PostgreSQL connection")
+            return result
 
     async def _fetch(self, name: str, **params: Any) -> list[Any]:
         statement = Q[name]
@@ -314,11 +323,14 @@ class PostgresStore(base.Store):
             self._claim(namespace, queues, limit - taker.budget, worker, now),
             return_exceptions=True,
         )
-        if isinstance(finished, BaseException):
+        if isinstance(finished, BaseException) and isinstance(claimed, BaseException):
             raise finished
-        if isinstance(claimed, BaseException):
-            raise claimed
+        if isinstance(finished, BaseException):
+            assert not isinstance(claimed, BaseException)
+            raise base.CycleHalfDone(None, claimed) from finished
         report, taken = finished
+        if isinstance(claimed, BaseException):
+            raise base.CycleHalfDone(report, taken) from claimed
         return report, taken + claimed
 
     async def _claim(
@@ -627,11 +639,10 @@ class PostgresStore(base.Store):
                 return True
             return False
         except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
-            log.warning("leadership check failed (%s); not leading for now", exc)
             if self._leader is not None:
                 self._leader.terminate()  # whatever state it is in, the lock goes with it
             self._leader, self._leading = None, set()
-            return False
+            raise StoreError(f"leadership check failed, not leading: {one_line(exc)}") from exc
 
     async def _leader_connection(self) -> Conn:
         conn = await asyncpg.connect(self.url)
@@ -879,9 +890,6 @@ async def _finish_many(
         taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
                                     taker.worker, now)  # fmt: skip
     stale = [f.id for f in finishes if f.id not in done]
-    if stale:
-        log.warning("rejected %d stale completion(s) (fencing token no longer current): %s",
-                    len(stale), stale[:20])  # fmt: skip
     return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 
 
@@ -960,6 +968,7 @@ class _Listener:
         self.conn: Conn | None = None
         self._retry_at = 0.0
         self._connecting = asyncio.Lock()
+        self._faults = FaultLog(log)
 
     async def ready(self) -> bool:
         if self.conn is not None and not self.conn.is_closed():
@@ -980,9 +989,10 @@ class _Listener:
             await self.conn.add_listener(DONE_CHANNEL, self._on_done)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
-            log.warning("cannot LISTEN for wake-ups (%s); polling until it can", exc)
+            self._faults.failed("LISTEN for wake-ups (polling meanwhile)", exc)
             self._retry_at = time.monotonic() + 1.0
             return False
+        self._faults.succeeded("LISTEN for wake-ups (polling meanwhile)")
         self.jobs.set()  # anything may have happened while we were not listening
         self.done.set()
         return True

@@ -794,12 +794,6 @@ def _finish_many(
         statement, params = requeue_statement(finish)
         (accepted if conn.execute(Q[statement], params).rowcount else stale).append(finish.id)
     taken = _settle_finished(conn, finishes, set(accepted), in_lanes, taker) if in_lanes else []
-    if stale:
-        log.warning(
-            "rejected %d stale completion(s) (fencing token no longer current): %s",
-            len(stale),
-            stale[:20],
-        )
     return FinishReport(accepted, stale), taken
 
 

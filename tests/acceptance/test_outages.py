@@ -1,0 +1,218 @@
+"""The database fails under running workers: stopped, locked, out of connections.
+
+Each test runs real worker processes whose handlers log every attempt (job, fence,
+pid, start, end), and checks what a job queue promises whatever the database does:
+no two attempts of one job overlap in time, every job ends, no worker dies, and each
+fault is logged once per episode rather than once per retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import ferryq
+from tests.acceptance.conftest import Workers
+from tests.acceptance.tasks import work, work_async
+from tests.pg import LocalCluster, PgCluster
+from tests.server.harness import wait_until
+
+JOBS = 120
+LONG = 6
+TTR = 3.0
+RETRY = ferryq.backoff.fixed(0)
+WORKERS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    job: int
+    fence: int
+    pid: int
+    start: float
+    end: float
+    outcome: str
+
+
+def runs(workers: Workers) -> list[Run]:
+    found = []
+    for line in workers.log_lines():
+        if line.startswith("attempt "):
+            _, job, fence, pid, start, end, outcome = line.split()
+            found.append(Run(int(job), int(fence), int(pid), float(start), float(end), outcome))
+    return found
+
+
+def assert_no_overlap(all_runs: list[Run]) -> None:
+    by_job: dict[int, list[Run]] = defaultdict(list)
+    for run in all_runs:
+        by_job[run.job].append(run)
+    overlaps = []
+    for job_runs in by_job.values():
+        job_runs.sort(key=lambda r: r.start)
+        overlaps += [(a, b) for a, b in zip(job_runs, job_runs[1:]) if b.start < a.end]
+    assert not overlaps, f"attempts of one job ran at the same time: {overlaps[:5]}"
+
+
+def assert_stopped_within_lease(all_runs: list[Run], cut_at: float, back_at: float) -> None:
+    """Cut off from ``cut_at`` to ``back_at``, no worker can renew a lease: none of its
+    leases lasts past ``cut_at + TTR``, so from then until the database is back no
+    attempt may run, neither one begun before (not stopped) nor one begun late (a
+    prefetched job started on a lapsed lease)."""
+    lapsed = cut_at + TTR
+    late = [r for r in all_runs if r.end > lapsed and r.start < back_at]
+    assert not late, f"attempts ran on a lease that had passed: {late[:5]}"
+
+
+def rerun_after_done(all_runs: list[Run]) -> list[int]:
+    """Jobs that ran again although an attempt had finished its handler."""
+    done: dict[int, float] = {}
+    for run in sorted(all_runs, key=lambda r: r.start):
+        if run.outcome == "done":
+            done.setdefault(run.job, run.end)
+    return sorted({r.job for r in all_runs if r.job in done and r.start > done[r.job]})
+
+
+def enqueue(app: ferryq.App, outage: float) -> list[ferryq.JobHandle]:
+    """A few jobs that outlast the outage (their leases lapse while they run), then
+    jobs of 0.2-0.6 s, sync and async, more than the workers' slots can hold."""
+    handles = []
+    for n in range(JOBS):
+        task = work if n % 2 else work_async
+        seconds = outage + 3 if n % (JOBS // LONG) == 1 else 0.2 + (n % 5) / 10
+        handles.append(app.enqueue(task.name, [seconds], ttr=TTR, max_tries=20, retry=RETRY))
+    return handles
+
+
+def start_workers(workers: Workers, count: int = WORKERS) -> None:
+    """Workers with the default heartbeat and maintenance periods."""
+    for _ in range(count):
+        workers.start("--concurrency", "4", "--defaults")
+
+
+def settle(workers: Workers, app: ferryq.App, handles: list[ferryq.JobHandle]) -> list[Run]:
+    """Every job succeeds, every worker still runs and stops cleanly; the runs."""
+    for handle in handles:
+        assert handle.result(timeout=120) == "done"
+    assert all(proc.poll() is None for proc in workers.procs), "a worker died"
+    for proc in workers.procs:
+        proc.terminate()
+    logs = [workers.stderr_of(proc) for proc in workers.procs]
+    assert [proc.returncode for proc in workers.procs] == [0] * WORKERS, logs
+    for log in logs:
+        assert "Traceback" not in log, log
+        # Once per episode and duty (claims, heartbeat, completions, maintenance…),
+        # not once per retry.
+        assert log.count(" failed: ") <= 12, log
+    all_runs = runs(workers)
+    assert_no_overlap(all_runs)
+    return all_runs
+
+
+def wait_for_attempts(workers: Workers, count: int) -> None:
+    wait_until(lambda: len(runs(workers)) >= count, within=60, what=f"{count} attempts")
+
+
+def test_postgres_stopped_for_20_s_mid_run(pg_workers: Workers, pg_cluster: PgCluster) -> None:
+    if not isinstance(pg_cluster, LocalCluster):
+        pytest.skip("needs the suite's own PostgreSQL, to stop and start it")
+    app = ferryq.App(pg_workers.url)
+    handles = enqueue(app, outage=20)
+    app.close()  # its pooled connections would die with the server
+    start_workers(pg_workers)
+    wait_for_attempts(pg_workers, 20)
+    pg_cluster.stop()
+    cut_at = time.time()
+    try:
+        time.sleep(20)  # the outage itself
+    finally:
+        back_at = time.time()
+        pg_cluster.start()
+    app = ferryq.App(pg_workers.url)
+    all_runs = settle(pg_workers, app, handles)
+    assert_stopped_within_lease(all_runs, cut_at, back_at)
+    assert not rerun_after_done(all_runs), "jobs that finished during the outage ran again"
+    app.close()
+
+
+def test_sqlite_write_lock_held_15_s_by_another_process(workers: Workers) -> None:
+    app = ferryq.App(workers.url)
+    handles = enqueue(app, outage=15)
+    start_workers(workers)
+    wait_for_attempts(workers, 20)
+    with _write_lock(workers.url.removeprefix("sqlite:///")):
+        cut_at = time.time()
+        time.sleep(15)  # the lock held
+        back_at = time.time()
+    all_runs = settle(workers, app, handles)
+    assert_stopped_within_lease(all_runs, cut_at, back_at)
+    assert not rerun_after_done(all_runs), "jobs that finished during the lock ran again"
+    app.close()
+
+
+@contextlib.contextmanager
+def _write_lock(path: str) -> Iterator[None]:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+def test_postgres_out_of_connections_under_5_workers(
+    pg_workers: Workers, pg_cluster: PgCluster
+) -> None:
+    app = ferryq.App(pg_workers.url)
+    handles = enqueue(app, outage=10)
+    start_workers(pg_workers, 5)
+    wait_for_attempts(pg_workers, 20)
+    with _all_connections(pg_workers.url) as held:
+        # Their connections end too, so every worker must connect again: refused.
+        held[0].execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'ferryq' AND pid <> pg_backend_pid()"
+        )
+        held += _take_all(pg_workers.url)
+        time.sleep(10)  # the connections kept out of reach
+    workers_ = pg_workers
+    for handle in handles:
+        assert handle.result(timeout=120) == "done"
+    assert all(proc.poll() is None for proc in workers_.procs), "a worker died"
+    for proc in workers_.procs:
+        proc.terminate()
+    for proc in workers_.procs:
+        log = workers_.stderr_of(proc)
+        assert proc.returncode == 0 and "Traceback" not in log, log
+    assert_no_overlap(runs(workers_))
+    app.close()
+
+
+def _take_all(url: str) -> list[psycopg.Connection[tuple[object, ...]]]:
+    held = []
+    while True:
+        try:
+            held.append(psycopg.connect(url, autocommit=True))
+        except psycopg.OperationalError as exc:
+            assert "too many" in str(exc) or "reserved" in str(exc), exc
+            return held
+
+
+@contextlib.contextmanager
+def _all_connections(url: str) -> Iterator[list[psycopg.Connection[tuple[object, ...]]]]:
+    held = _take_all(url)
+    assert held, "not even one connection"
+    try:
+        yield held
+    finally:
+        for conn in held:
+            conn.close()
