@@ -388,7 +388,7 @@ async def test_ttl_expires_a_job_that_did_not_run(app: ferryq.App, clock: Frozen
     async def slow() -> None:
         return None
 
-    handle = await slow.options(ttl=10, delay=20).enqueue_async()
+    handle = await slow.options(ttl=20, delay=10).enqueue_async()
     clock.advance(20)
     assert (await app.explain_async(handle.id)).reason == "expiring"
     await drain_async(app)  # the burst's maintenance round expires it; it never runs

@@ -15,6 +15,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
@@ -104,6 +105,7 @@ class PostgresStore(base.Store):
         self._opening = asyncio.Lock()
         self._ready = False
         self._faults = FaultLog(log)
+        self._claims: asyncio.Future[None] | None = None  # the last claim asked for
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -305,12 +307,37 @@ class PostgresStore(base.Store):
         worker: str,
         now: float,
     ) -> tuple[FinishReport, list[Claimed]]:
-        if limit > 0 and (listener := await self._listening()) is not None:
-            listener.jobs.clear()  # anything enqueued from here on wakes us
         if not limit:
             return await self.job_finish_many(finishes), []
+        # This process's claims run one at a time, in the order they were asked for
+        # (the turn is taken before anything is awaited): two claims at once would skip
+        # each other's rows, and the later one could take, and start, the later jobs
+        # first. Finishes still run beside claims.
+        previous, turn = self._claims, asyncio.get_running_loop().create_future()
+        self._claims = turn
+        try:
+            return await self._finish_and_claim(
+                finishes, namespace, queues, limit, worker, now, _Turn(previous, turn)
+            )
+        finally:
+            _end(turn)
+
+    async def _finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        namespace: str,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        now: float,
+        turn: _Turn,
+    ) -> tuple[FinishReport, list[Claimed]]:
+        if (listener := await self._listening()) is not None:
+            listener.jobs.clear()  # anything enqueued from here on wakes us
         if not finishes:
-            return FinishReport([], []), await self._claim(namespace, queues, limit, worker, now)
+            return FinishReport([], []), await self._claim(
+                namespace, queues, limit, worker, now, turn
+            )
         # A lane freed by one of these finishes hands its next job to this worker; the
         # slots kept for that are claimed for in the same transaction if the lanes had
         # less to give.
@@ -320,7 +347,7 @@ class PostgresStore(base.Store):
         # Both run to their end before any failure is raised, so none is left in flight.
         finished, claimed = await asyncio.gather(
             self._finish(finishes, taker, now),
-            self._claim(namespace, queues, limit - taker.budget, worker, now),
+            self._claim(namespace, queues, limit - taker.budget, worker, now, turn),
             return_exceptions=True,
         )
         if isinstance(finished, BaseException) and isinstance(claimed, BaseException):
@@ -334,13 +361,20 @@ class PostgresStore(base.Store):
         return report, taken + claimed
 
     async def _claim(
-        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
-    ) -> list[Claimed]:
-        # Each statement commits by itself: the promotion need not wait for the claim,
-        # and two round trips fewer (BEGIN, COMMIT) is pickup latency saved.
-        return await self._session(
-            lambda conn: _claim(conn, namespace, queues, limit, worker, now), transaction=False
-        )
+        self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
+        turn: _Turn,
+    ) -> list[Claimed]:  # fmt: skip
+        if turn.previous is not None:
+            await asyncio.shield(turn.previous)
+        try:
+            # Each statement commits by itself: the promotion need not wait for the
+            # claim, and two round trips fewer (BEGIN, COMMIT) is pickup latency saved.
+            return await self._session(
+                lambda conn: _claim(conn, namespace, queues, limit, worker, now),
+                transaction=False,
+            )
+        finally:
+            _end(turn.mine)
 
     async def job_leases(
         self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
@@ -956,6 +990,19 @@ async def _wait(event: asyncio.Event, within: float) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+def _end(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A claim's place in line: it runs once ``previous`` has, and then ends ``mine``."""
+
+    previous: asyncio.Future[None] | None
+    mine: asyncio.Future[None]
 
 
 class _Listener:
