@@ -449,7 +449,7 @@ class Worker:
                             "%.2f s: stopping the attempt", attempt.job.id, attempt.job.ttr,
                             attempt.lease_until - now)  # fmt: skip
                 attempt.interrupt(Stop.LEASE)
-            give_up_at = attempt.lease_until - margin / 4
+            give_up_at = attempt.lease_until - margin / 2
             if now >= give_up_at:
                 self._abandon(attempt)
             wake = min(wake, give_up_at - now)

@@ -84,3 +84,10 @@ async def work_async(ctx: ferryq.Context, seconds: float) -> str:
         return outcome
     finally:
         _record_attempt(ctx, began, outcome)
+
+
+@app.task(ttr=2, max_tries=1)
+def stuck(ctx: ferryq.Context, seconds: float) -> None:
+    """Blocks in C for ``seconds``: nothing interrupts it before the call returns."""
+    _log_line(f"started {ctx.job_id} {ctx.fence} {os.getpid()} {time.time()!r}")
+    time.sleep(seconds)

@@ -139,3 +139,42 @@ def test_what_is_written_in_place_of_a_refused_finish(kind: FinishKind, becomes:
 def test_finishes_without_values_of_their_own_are_kept(kind: FinishKind) -> None:
     original = finish(7, kind)
     assert refused(original, ValueError("no")) is original
+
+
+async def test_finishes_sent_again_after_a_lost_answer_are_not_counted_stale() -> None:
+    reports: list[FinishReport] = []
+    completer = Completer(lambda batch, report: reports.append(report), lambda exc: False)
+    lost_once = True
+
+    async def flush() -> None:
+        nonlocal lost_once
+        batch = completer.take()
+        if lost_once:  # the write landed, but its answer was lost on the way back
+            lost_once = False
+            completer.restore(batch, ConnectionError("connection lost"), alone=True)
+            raise ConnectionError("connection lost")
+        # Written already: the database now refuses them as stale, all but job 3, whose
+        # first write really failed.
+        accepted = [f.id for f in batch if f.id == 3]
+        completer.written(batch, FinishReport(accepted, [f.id for f in batch if f.id != 3]))
+
+    completer.bind(flush)
+    for job_id in (1, 2, 3):
+        completer.add(finish(job_id))
+    await drain(completer)
+    assert [i for r in reports for i in r.accepted] == [3]
+    assert not [i for r in reports for i in r.stale]
+
+
+async def test_a_late_worker_is_still_stale() -> None:
+    reports: list[FinishReport] = []
+    completer = Completer(lambda batch, report: reports.append(report), lambda exc: False)
+
+    async def flush() -> None:
+        batch = completer.take()
+        completer.written(batch, FinishReport([], [f.id for f in batch]))
+
+    completer.bind(flush)
+    completer.add(finish(1))
+    await drain(completer)
+    assert reports == [FinishReport([], [1])]
