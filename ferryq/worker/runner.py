@@ -248,7 +248,11 @@ class Worker:
             # Claimed again while it waited here for a slot, its lease lost meanwhile:
             # the database has moved on, so the old claim just goes.
             self._drop_queued(previous)
-        elif previous is not None:
+            previous = None
+        if (ending := self._superseded.get(job.id)) is not None:
+            ending.successor = attempt  # still waiting for an older attempt to end
+            return
+        if previous is not None:
             # Claimed again while an attempt of ours still runs: its lease was lost
             # (the database was out of reach) and the job recovered. The new attempt
             # starts only once the old one has ended (``_release``), never beside it.
@@ -262,7 +266,9 @@ class Worker:
         self._enqueue_or_launch(attempt)
 
     def _enqueue_or_launch(self, attempt: Attempt) -> None:
-        if self._running < self.concurrency:
+        if self._producer is not None and self._producer.stopping.is_set():
+            self._settle_queued(attempt, "returned")  # a claim that waited: not now
+        elif self._running < self.concurrency:
             self._launch(attempt)
         else:
             heapq.heappush(self._queued, _InOrder(attempt))
