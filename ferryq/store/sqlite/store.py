@@ -53,6 +53,11 @@ T = TypeVar("T")
 #: The longest one attempt at the write lock waits in SQLite's busy handler; between
 #: attempts the store looks whether it is closing, when a write gives up the wait.
 LOCK_POLL = 0.5
+#: Waits check ``PRAGMA data_version`` at most every BUSY_POLL seconds while the database
+#: is busy (it changed twice in the last BUSY_FOR seconds), else every IDLE_POLL seconds:
+#: a process at work hears of the next write within ms, an idle one costs little (a
+#: lone write now and then, such as a maintenance leader's, does not count as busy).
+BUSY_POLL, BUSY_FOR, IDLE_POLL = 0.005, 0.25, 0.05
 FOLD_ROWS = 50_000  # history rows counted per fold, at most (one short write)
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
@@ -86,6 +91,9 @@ class SQLiteStore(base.Store):
         self._conn: sqlite3.Connection | None = None
         self._watch: sqlite3.Connection | None = None
         self._claim_version = -1
+        self._finish_version = -1  # data_version when wait_for_finish last returned
+        self._seen_version = -1
+        self._changes = (float("-inf"), float("-inf"))  # when the last two changes were seen
         self._open_lock = threading.Lock()
         self._closing = threading.Event()
 
@@ -300,28 +308,44 @@ class SQLiteStore(base.Store):
         return await self._call(self._read, next_due)
 
     async def wait_for_finish(self, within: float, poll: float) -> None:
-        await asyncio.sleep(min(poll, within))
+        """Until another connection commits (it may have ended a job) after the last
+        call returned, or ``poll`` seconds; never longer than ``within``. Callers that
+        share the store share that mark, so each still looks within ``poll``."""
+        seen = self._finish_version
+        await self._version_moves(lambda: seen, min(poll, within))
+        self._finish_version = self._data_version()
 
     async def wait_for_change(self, within: float) -> bool:
         """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk."""
+        return await self._version_moves(lambda: self._claim_version, within)
+
+    async def _version_moves(self, baseline: Callable[[], int], within: float) -> bool:
+        """Whether ``data_version`` differs from ``baseline()`` within ``within`` seconds.
+        It is checked after pauses that grow from 0.5 ms to BUSY_POLL while the database
+        is busy, and every IDLE_POLL while it is not."""
         deadline = time.monotonic() + within
-        interval = 0.0005
+        pause = 0.0005
         while True:
-            if self._data_version() != self._claim_version:
+            if self._data_version() != baseline():
                 return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 return False
-            await asyncio.sleep(min(interval, remaining))
-            interval = min(interval * 1.5, 0.005)
+            quiet = now - self._changes[0] >= BUSY_FOR
+            await asyncio.sleep(min(IDLE_POLL if quiet else pause, deadline - now))
+            pause = min(pause * 1.5, BUSY_POLL)
 
     def _data_version(self) -> int:
         if self._watch is None:
             return -1
         try:
-            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+            version = int(self._watch.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.OperationalError:
             return -2  # unknown: report a change and let the claim find out
+        if version != self._seen_version:
+            self._seen_version = version
+            self._changes = (self._changes[1], time.monotonic())
+        return version
 
     # -- reads and operator actions ---------------------------------------------
 

@@ -1,0 +1,68 @@
+"""How the SQLite store waits for other connections' writes: ``PRAGMA data_version``,
+checked often while the database is busy and seldom while it is idle."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ferryq.store.sqlite.store import IDLE_POLL, SQLiteStore
+from tests.conftest import START
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(str(tmp_path / "ferryq.db"))
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def commit_elsewhere(store: SQLiteStore) -> None:
+    """A write by another connection, as another process makes it."""
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS elsewhere (n INTEGER)")
+        conn.execute("INSERT INTO elsewhere VALUES (1)")
+    finally:
+        conn.close()
+
+
+async def test_an_idle_wait_checks_the_database_seldom(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.job_take("ns", "q", 1, "http:test", 30.0, START)  # what is new from here
+    checks = 0
+    version = store._data_version
+
+    def counted() -> int:
+        nonlocal checks
+        checks += 1
+        return version()
+
+    monkeypatch.setattr(store, "_data_version", counted)
+    within = 0.5
+    assert await store.wait_for_change(within) is False
+    # Every IDLE_POLL (50 ms) instead of every 5 ms: about 10 checks, not about 100.
+    assert checks <= within / IDLE_POLL + 3, f"{checks} checks in {within} s of an idle wait"
+
+
+async def test_a_wait_for_a_finish_ends_with_another_connections_commit(
+    store: SQLiteStore,
+) -> None:
+    await store.wait_for_finish(0.0, 0.0)  # from here on, a commit is news
+    waiting = asyncio.ensure_future(store.wait_for_finish(30.0, 30.0))
+    await asyncio.to_thread(commit_elsewhere, store)
+    await asyncio.wait_for(waiting, 5.0)  # not the 30 s it would sleep otherwise
+
+
+async def test_a_wait_for_a_finish_without_commits_lasts_its_poll(store: SQLiteStore) -> None:
+    await store.wait_for_finish(0.0, 0.0)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await store.wait_for_finish(30.0, 0.2)
+    assert 0.2 <= loop.time() - began < 5.0
