@@ -4,6 +4,13 @@ and maintenance, for every HTTP route to use.
 The server is a peer of the workers: it reads and writes the same tables through the
 Store protocol, and takes part in the maintenance election, so leases run out and
 delayed jobs come due with or without a worker process running.
+
+Waiting requests (blocking consumes, result waits) never query the database on their
+own. Each keeps its deadline on the event loop's clock and answers at it whatever the
+database is doing; the looking is done for all of them at once: a publish here wakes
+the consumers of its queue, and one watcher per kind of wait notices other processes'
+writes (``Store.wait_for_change``, ``Store.wait_for_finish``) and looks again for every
+waiter, one round at a time.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from ferryq import insights
 from ferryq.app import App
@@ -28,12 +36,57 @@ from ferryq.store.base import Finish, Store
 from ferryq.worker.maintenance import MaintenanceLoop
 
 log = logging.getLogger("ferryq.server")
+W = TypeVar("W")
 
 #: How long a waiting consumer goes without looking again, at most: a delayed job that
 #: came due, or a change no notification announced, is seen within this.
 RECHECK_SECONDS = 0.25
-#: Wake-ups of waiting consumers by other processes' writes are at least this far apart.
+#: The same for a result wait: a job ended in a way that sent no notification (one
+#: cancelled or expired before it ran, on PostgreSQL) is seen within this.
+RESULT_RECHECK_SECONDS = 1.0
+#: Rounds of looking are at least this far apart, and at least as far apart as the last
+#: round took (so waiting takes at most about half of the database's time), and rounds
+#: that no write prompted at least ``RECHECK_ROUNDS`` round durations apart.
 WAKE_SPACING = 0.005
+RECHECK_ROUNDS = 4
+
+
+@dataclass(eq=False)
+class _Consumer:
+    """A blocking consume: the queues it waits on, and the jobs it is answered with."""
+
+    namespace: str
+    queues: Sequence[str]
+    count: int
+    ttr: float
+    answer: asyncio.Future[list[Job]]
+    looking: bool = False  # a take for it is in flight
+    again: bool = False  # something changed while it was: take once more
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # no take in flight
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def queue_keys(self) -> list[tuple[str, str]]:
+        return [(self.namespace, queue) for queue in self.queues]
+
+
+@dataclass(eq=False)
+class _ResultWait:
+    """A wait for a job to end: the job as last read, and the answer once it ended."""
+
+    job: Job
+    answer: asyncio.Future[Job | None]
+    looking: bool = False
+    again: bool = False
+
+
+@dataclass(eq=False)
+class _Watch(Generic[W]):
+    """One kind of waiter, and the task that looks again for all of them."""
+
+    waiters: dict[W, None] = field(default_factory=dict)  # in arrival order
+    task: asyncio.Task[None] | None = None
 
 
 class Engine:
@@ -47,9 +100,10 @@ class Engine:
         self._maintenance_enabled = maintenance
         self._store: Store | None = None
         self._tokens: TokenCache | None = None
-        self._changed = asyncio.Event()
-        self._waiting = 0
-        self._watcher: asyncio.Task[None] | None = None
+        self._consumers: dict[tuple[str, str], dict[_Consumer, None]] = {}
+        self._consuming: _Watch[_Consumer] = _Watch()
+        self._results: _Watch[_ResultWait] = _Watch()
+        self._looks: set[asyncio.Task[None]] = set()
         self._services: list[asyncio.Task[None]] = []
         self._maintenance: MaintenanceLoop | None = None
         self.closing = False
@@ -82,12 +136,18 @@ class Engine:
             insights.maintained_here(self._store)  # explain: leases are recovered here
 
     def close(self) -> None:
-        """Stop serving: waiting consumers return empty-handed at once."""
+        """Stop serving: waiting requests are answered at once, empty-handed."""
         self.closing = True
-        self.notify()
+        for consumer in self._consuming.waiters:
+            if not consumer.answer.done():
+                consumer.answer.set_result([])
+        for result in self._results.waiters:
+            if not result.answer.done():
+                result.answer.set_result(result.job)
 
     async def stop(self) -> None:
-        tasks = [*self._services, *([self._watcher] if self._watcher else [])]
+        watchers = [w.task for w in (self._consuming, self._results) if w.task is not None]
+        tasks = [*self._services, *watchers, *list(self._looks)]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -101,10 +161,15 @@ class Engine:
 
     # -- consumers ---------------------------------------------------------------
 
-    def notify(self) -> None:
-        """Something was published here: waiting consumers look again at once."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def notify(self, namespace: str | None = None, queue: str | None = None) -> None:
+        """Something was published here (to this queue, if named): its waiting consumers
+        look again at once."""
+        if namespace is None or queue is None:
+            consumers = list(self._consuming.waiters)
+        else:
+            consumers = list(self._consumers.get((namespace, queue), ()))
+        for consumer in consumers:
+            self._soon(self._look_for_jobs(consumer))
 
     async def take(
         self,
@@ -114,30 +179,113 @@ class Engine:
         ttr: float,
         timeout: float,
         gone: asyncio.Event | None = None,
+        since: float | None = None,
     ) -> list[Job]:
         """Lease up to ``count`` jobs, trying the queues in the order given; with nothing
-        ready, wait up to ``timeout`` seconds for the first one. Once ``gone`` is set
-        (the consumer went away) the wait ends empty-handed."""
-        taken = await self._take_now(namespace, queues, count, ttr)
-        if taken or timeout <= 0:
-            return taken
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        self._waiting += 1
-        self._ensure_watcher()
-        consumer_gone = asyncio.ensure_future((gone or asyncio.Event()).wait())
+        ready, wait up to ``timeout`` seconds (from ``since``, a time of the event loop's
+        clock, if given) for the first one. Once ``gone`` is set (the consumer went
+        away) the wait ends empty-handed.
+
+        The answer comes by the deadline whatever the database is doing: a take still
+        in flight then is left to finish, and what it leases goes back to its queue."""
+        deadline = _deadline(timeout, since)
+        if deadline <= asyncio.get_running_loop().time() or self.closing:
+            return await self._take_now(namespace, queues, count, ttr)
+        consumer = _Consumer(namespace, tuple(queues), count, ttr, _future())
+        self._enter_consumer(consumer)
         try:
-            while not self.closing and (left := deadline - loop.time()) > 0:
-                await _changed_or(self._changed, consumer_gone, min(left, RECHECK_SECONDS))
-                if consumer_gone.done():
-                    break
-                taken = await self._take_now(namespace, queues, 1, ttr)
-                if taken:
-                    return taken
+            self._soon(self._look_for_jobs(consumer))
+            await _until(consumer.answer, deadline, gone)
+            if consumer.answer.done():
+                return consumer.answer.result()
+            if gone is not None and gone.is_set():
+                # Nobody waits for this answer: a take in flight gives its jobs back
+                # before the consumer is answered, so they are ready again by then.
+                self._leave_consumer(consumer)
+                await consumer.idle.wait()
             return []
         finally:
-            consumer_gone.cancel()
-            self._waiting -= 1
+            self._leave_consumer(consumer)
+
+    def _enter_consumer(self, consumer: _Consumer) -> None:
+        for key in consumer.queue_keys():
+            self._consumers.setdefault(key, {})[consumer] = None
+        self._enter(self._consuming, consumer, self._watch_jobs)
+
+    def _leave_consumer(self, consumer: _Consumer) -> None:
+        for key in consumer.queue_keys():
+            waiting = self._consumers.get(key, {})
+            waiting.pop(consumer, None)
+            if not waiting:
+                self._consumers.pop(key, None)
+        self._consuming.waiters.pop(consumer, None)
+        consumer.answer.cancel()  # a take still in flight gives its jobs back
+
+    async def _look_for_jobs(self, consumer: _Consumer) -> None:
+        """Take for ``consumer``, once more if something changed meanwhile; jobs taken
+        after it stopped waiting go back."""
+        if consumer.looking:
+            consumer.again = True
+            return
+        consumer.looking = True
+        consumer.idle.clear()
+        try:
+            while not consumer.answer.done():
+                consumer.again = False
+                args = (consumer.namespace, consumer.queues, consumer.count, consumer.ttr)
+                jobs = await self._take_now(*args)
+                consumer.count = 1  # after the first look, the first job is the answer
+                if jobs and consumer.answer.done():
+                    await self.give_back(jobs)
+                elif jobs:
+                    consumer.answer.set_result(jobs)
+                if jobs or not consumer.again:
+                    return
+        except Exception as exc:
+            _fail(consumer.answer, exc, "looking for jobs for a waiting consumer failed")
+        finally:
+            consumer.looking = False
+            consumer.idle.set()
+
+    async def _watch_jobs(self) -> None:
+        """While consumers wait: after another process's write, every
+        ``RECHECK_SECONDS``, and when a delayed job comes due, the consumers whose
+        queues have a job ready or due look again."""
+        await self._watch(self._consuming, self.store.wait_for_change, RECHECK_SECONDS,
+                          self._jobs_round)  # fmt: skip
+
+    async def _jobs_round(self, prompted: bool) -> float | None:
+        """Look for the consumers whose queues have work; the time the next delayed job
+        of their queues comes due. A read per queue, not a take per consumer: a write
+        elsewhere seldom concerns them all."""
+        if prompted and self._consuming.waiters:
+            # The store reports the write again until a take (or claim) has looked:
+            # the longest waiting consumer's. What commits after it starts is news.
+            await self._look_for_jobs(next(iter(self._consuming.waiters)))
+        ready, next_due = await self._queues_with_work(self.now())
+        consumers = [c for c in self._consuming.waiters if not ready.isdisjoint(c.queue_keys())]
+        await asyncio.gather(*(self._look_for_jobs(consumer) for consumer in consumers))
+        return next_due
+
+    async def _queues_with_work(self, now: float) -> tuple[set[tuple[str, str]], float | None]:
+        """The waited-on queues with a job ready or due, and the time the next delayed
+        job of any of them comes due: reads only (a read per queue and one per namespace),
+        so nothing is leased and nothing is written."""
+        keys = list(self._consumers)
+        queues: dict[str, list[str]] = {}
+        for namespace, queue in keys:
+            queues.setdefault(namespace, []).append(queue)
+        dues = await asyncio.gather(*(self.store.job_next_due(ns, names)
+                                      for ns, names in queues.items()))  # fmt: skip
+        peeked = await asyncio.gather(*(self.store.queue_peek(*key, now) for key in keys))
+        ready = {key for key, job in zip(keys, peeked, strict=True) if job is not None}
+        next_due: float | None = None
+        for (namespace, names), due in zip(queues.items(), dues, strict=True):
+            if due is not None and due <= now:  # the take promotes it
+                ready.update((namespace, name) for name in names)
+            elif due is not None:
+                next_due = due if next_due is None else min(next_due, due)
+        return ready, next_due
 
     async def give_back(self, jobs: Sequence[Job]) -> None:
         """Return taken jobs that no consumer received: ready again where they were,
@@ -145,7 +293,8 @@ class Engine:
         now = self.now()
         returned = [Finish("returned", job.id, job.fence, now, lane=job.lane) for job in jobs]
         await self.store.job_finish_many(returned)
-        self.notify()
+        for namespace, queue in {(job.namespace, job.queue) for job in jobs}:
+            self.notify(namespace, queue)
 
     async def _take_now(
         self, namespace: str, queues: Sequence[str], count: int, ttr: float
@@ -180,7 +329,7 @@ class Engine:
         self.app.check_enqueue(task, encoded_args, options, payload_limit)
         key = (task, repr(options), payload_limit)
         handles = await self._inserts.submit(key, (encoded_args, options))
-        self.notify()
+        self.notify(options.namespace, options.queue)
         return [handle.id for handle in handles]
 
     async def _insert_batch(
@@ -193,36 +342,156 @@ class Engine:
 
     async def ack(self, namespace: str, queue: str, job_id: int) -> bool:
         """End the job as succeeded (see Store.job_ack); False if it was not there."""
-        return await self._acks.submit((namespace, queue), job_id)
+        acked = await self._acks.submit((namespace, queue), job_id)
+        if acked:
+            self.ended(job_id)
+        return acked
 
     async def _ack_batch(self, key: tuple[str, str], ids: list[int]) -> list[bool]:
         acked = set(await self.store.job_ack(key[0], key[1], ids, self.now()))
         return [job_id in acked for job_id in ids]
 
-    def _ensure_watcher(self) -> None:
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch())
+    # -- result waits --------------------------------------------------------------
 
-    async def _watch(self) -> None:
-        """While consumers wait, wake them when another process may have written."""
-        while self._waiting:
+    async def wait_finished(
+        self, job: Job, timeout: float, since: float | None = None
+    ) -> Job | None:
+        """``job`` once it ended, or as last read when ``timeout`` runs out (counted from
+        ``since``, as in ``take``) or the server stops: by the deadline, whatever the
+        database is doing. None if the job is gone meanwhile (purged)."""
+        deadline = _deadline(timeout, since)
+        if job.terminal or deadline <= asyncio.get_running_loop().time() or self.closing:
+            return job
+        waiter = _ResultWait(job, _future())
+        self._enter(self._results, waiter, self._watch_results)
+        try:
+            self._soon(self._look_for_end(waiter))  # it may have ended since it was read
+            await _until(waiter.answer, deadline)
+            return waiter.answer.result() if waiter.answer.done() else waiter.job
+        finally:
+            self._results.waiters.pop(waiter, None)
+            waiter.answer.cancel()
+
+    def ended(self, job_id: int) -> None:
+        """Job ``job_id`` may have ended here: its result waits look at once."""
+        for waiter in list(self._results.waiters):
+            if waiter.job.id == job_id:
+                self._soon(self._look_for_end(waiter))
+
+    async def _look_for_end(self, waiter: _ResultWait) -> None:
+        if waiter.looking:
+            waiter.again = True
+            return
+        waiter.looking = True
+        try:
+            while not waiter.answer.done():
+                waiter.again = False
+                found = await self.store.job_get(waiter.job.id)
+                if found is None or found.terminal:
+                    if not waiter.answer.done():
+                        waiter.answer.set_result(found)
+                    return
+                waiter.job = found
+                if not waiter.again:
+                    return
+        except Exception as exc:
+            _fail(waiter.answer, exc, "looking at a job for a result wait failed")
+        finally:
+            waiter.looking = False
+
+    async def _watch_results(self) -> None:
+        """While results are awaited: after a job may have ended, or every
+        ``RESULT_RECHECK_SECONDS``, every awaited job is read again."""
+
+        async def finished(within: float) -> bool:
+            await self.store.wait_for_finish(within, within)
+            return True
+
+        async def results_round(prompted: bool) -> float | None:
+            await asyncio.gather(*(self._look_for_end(w) for w in list(self._results.waiters)))
+            return None
+
+        await self._watch(self._results, finished, RESULT_RECHECK_SECONDS, results_round)
+
+    # -- the shared machinery of waits -------------------------------------------------
+
+    def _soon(self, look: Awaitable[None]) -> None:
+        """Run ``look`` in a task of its own: the request waits on its deadline only."""
+        task = asyncio.ensure_future(look)
+        self._looks.add(task)
+        task.add_done_callback(self._looks.discard)
+
+    def _enter(
+        self, watch: _Watch[W], waiter: W, run: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        watch.waiters[waiter] = None
+        if watch.task is None or watch.task.done():
+            watch.task = asyncio.create_task(run())
+
+    async def _watch(
+        self,
+        watch: _Watch[W],
+        changed: Callable[[float], Awaitable[bool]],
+        recheck: float,
+        look: Callable[[bool], Awaitable[float | None]],
+    ) -> None:
+        """While ``watch`` has waiters: a round of ``look(prompted)`` after each change
+        (``changed(within)`` says whether one came within that many seconds), or after
+        ``recheck`` seconds, or when the time it returned comes. Rounds never overlap,
+        and are spaced by their own duration."""
+        loop = asyncio.get_running_loop()
+        took, due = 0.0, None
+        while watch.waiters:
+            within = max(recheck, RECHECK_ROUNDS * took)
+            if due is not None:
+                within = min(within, max(due - self.now(), WAKE_SPACING))
             try:
-                changed = await self.store.wait_for_change(RECHECK_SECONDS)
+                prompted = await changed(within)
             except Exception:
-                log.exception("watching for new jobs failed")
-                await asyncio.sleep(RECHECK_SECONDS)
-                continue
-            if changed:
-                self.notify()
-                # A store reports the change again, without waiting, until the next take
-                # has looked: let the consumers just woken take first.
-                await asyncio.sleep(WAKE_SPACING)
+                log.exception("watching the database for waiting requests failed")
+                prompted = False
+                await asyncio.sleep(recheck)
+            began = loop.time()
+            try:
+                due = await look(prompted)
+            except Exception:
+                log.exception("looking again for waiting requests failed")
+                due = None
+            took = loop.time() - began
+            # A store reports a change again, without waiting, until the next look has
+            # seen it; and the database has other work than ours.
+            await asyncio.sleep(max(WAKE_SPACING, took))
 
 
-async def _changed_or(changed: asyncio.Event, gone: asyncio.Future[Any], within: float) -> None:
-    """Wait until ``changed`` is set, ``gone`` is done, or ``within`` seconds pass."""
-    change = asyncio.ensure_future(changed.wait())
+def _deadline(timeout: float, since: float | None) -> float:
+    """When a wait of ``timeout`` seconds from ``since`` (else now) ends, by the loop's
+    clock."""
+    return (asyncio.get_running_loop().time() if since is None else since) + timeout
+
+
+def _future() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
+async def _until(
+    answer: asyncio.Future[Any], deadline: float, gone: asyncio.Event | None = None
+) -> None:
+    """Wait until ``answer`` is done, ``gone`` is set, or the loop's clock reaches
+    ``deadline``; ``answer`` itself is left as it is."""
+    waits: set[asyncio.Future[Any]] = {answer}
+    if gone is not None:
+        waits.add(asyncio.ensure_future(gone.wait()))
     try:
-        await asyncio.wait((change, gone), timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        left = deadline - asyncio.get_running_loop().time()
+        await asyncio.wait(waits, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        change.cancel()
+        for waiting in waits - {answer}:
+            waiting.cancel()
+
+
+def _fail(answer: asyncio.Future[Any], exc: Exception, what: str) -> None:
+    """The request still waiting gets the error; one already answered only the log."""
+    if answer.done():
+        log.warning("%s: %s", what, exc)
+    else:
+        answer.set_exception(exc)

@@ -192,6 +192,7 @@ class LmstfyApi:
     # -- consume and ack ---------------------------------------------------------
 
     async def lmstfy_consume(self, request: Request) -> Response:
+        arrived = asyncio.get_running_loop().time()  # a blocking consume's wait counts from here
         namespace, queues_raw = request.path_params["ns"], request.path_params["q"]
         queues = queues_raw.split(",")
         if len(namespace) > http.MAX_NAME_LENGTH:
@@ -203,9 +204,11 @@ class LmstfyApi:
         found = await self._authorize(request, namespace)
         if isinstance(found, Response):
             return found
-        return await self.consume(request, namespace, queues, found)
+        return await self.consume(request, namespace, queues, found, arrived)
 
-    async def consume(self, request: Request, ns: str, queues: list[str], token: Token) -> Response:
+    async def consume(
+        self, request: Request, ns: str, queues: list[str], token: Token, arrived: float
+    ) -> Response:
         ttr = parse_uint(http.query(request, "ttr"), DEFAULT_TTR, 32)
         if ttr is None or ttr == 0:
             return error(400, "invalid ttr")
@@ -217,7 +220,8 @@ class LmstfyApi:
             return error(400, "invalid count")
         if (refused := self._limited(token, "read")) is not None:
             return refused
-        jobs = await self._take(request, ns, queues, count, ttr, min(timeout, MAX_BLOCK_SECONDS))
+        timeout = min(timeout, MAX_BLOCK_SECONDS)
+        jobs = await self._take(request, ns, queues, count, ttr, timeout, arrived)
         if not jobs:
             self.engine.limiter.refund(token, "read")
             return error(404, "no job available", key="msg")
@@ -230,7 +234,14 @@ class LmstfyApi:
         return http.json(200, [job_object(job, now, new=True) for job in jobs])
 
     async def _take(
-        self, request: Request, ns: str, queues: list[str], count: int, ttr: int, timeout: int
+        self,
+        request: Request,
+        ns: str,
+        queues: list[str],
+        count: int,
+        ttr: int,
+        timeout: int,
+        arrived: float,
     ) -> list[Job]:
         """Engine.take, watching the connection while it waits: a client that goes away
         ends the wait, and jobs taken by then go back (nobody would receive them)."""
@@ -239,7 +250,7 @@ class LmstfyApi:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_until_disconnected(request, gone))
         try:
-            jobs = await self.engine.take(ns, queues, count, ttr, timeout, gone)
+            jobs = await self.engine.take(ns, queues, count, ttr, timeout, gone, arrived)
             if jobs and gone.is_set():
                 await self.engine.give_back(jobs)
                 return []
@@ -304,7 +315,7 @@ class LmstfyApi:
 
         count = await self._oldest_dead(ns, q, limit, respawn)
         if count:
-            self.engine.notify()
+            self.engine.notify(ns, q)
         return http.json(200, {"msg": "respawned", "count": count})
 
     async def dead_delete(self, request: Request, ns: str, q: str, token: Token) -> Response:

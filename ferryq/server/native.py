@@ -26,7 +26,7 @@ from ferryq.handle import JobHandle
 from ferryq.job import Job, State
 from ferryq.policy import JobOptions
 from ferryq.server import http
-from ferryq.server.engine import RECHECK_SECONDS, Engine
+from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT
 from ferryq.server.native_guard import ApiError, Caller, answer, refusals, route_class
 from ferryq.server.native_models import (
@@ -161,7 +161,7 @@ class NativeApi:
         except BaseException:
             self.engine.limiter.refund(token, "write", len(encoded))
             raise
-        self.engine.notify()
+        self.engine.notify(options.namespace, options.queue)
         return handles
 
     # -- one job -----------------------------------------------------------------------
@@ -183,7 +183,10 @@ class NativeApi:
         token: Caller,
         timeout: WaitQuery = DEFAULT_WAIT_SECONDS,
     ) -> Response:
-        job = await self._wait(await self._job(token, job_id), timeout)
+        began = asyncio.get_running_loop().time()  # the wait counts from here
+        job = await self.engine.wait_finished(await self._job(token, job_id), timeout, began)
+        if job is None:  # purged while we waited
+            raise _not_found(job_id)
         if job.state == State.SUCCEEDED:
             return http.json(200, {"id": job.id, "state": job.state, "result": job.result})
         if job.terminal:
@@ -191,24 +194,6 @@ class NativeApi:
             return http.json(409, {"error": message, "id": job.id, "state": job.state,
                                    "job_error": job.error})  # fmt: skip
         return http.json(202, {"id": job.id, "state": job.state, "result": None})
-
-    async def _wait(self, job: Job, timeout: float) -> Job:
-        """The job once terminal, or as it is when ``timeout`` runs out (or the server
-        stops)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        poll = 0.002
-        while not job.terminal and not self.engine.closing:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            await self.store.wait_for_finish(min(left, RECHECK_SECONDS), poll)
-            poll = min(poll * 1.5, 0.1)
-            found = await self.store.job_get(job.id)
-            if found is None:
-                raise _not_found(job.id)
-            job = found
-        return job
 
     async def cancel(self, job_id: JobIdPath, token: Caller) -> Response:
         await self._job(token, job_id)
@@ -218,6 +203,7 @@ class NativeApi:
             raise _not_found(job_id) from None
         except InvalidTransition as exc:
             raise ApiError(409, str(exc)) from None
+        self.engine.ended(job_id)
         return http.json(200, job.to_dict())
 
     async def respawn(

@@ -1,0 +1,213 @@
+"""Hundreds of blocking waits at once, on a server of this module's own.
+
+lmstfy's clients assume a blocking consume answers about a second after its timeout at
+the latest (never before it), and they wait in hundreds. Each wait here is measured by
+its client, from sending the request to the answer: at its timeout, within LATE; a job
+published meanwhile reaches its consumer within PROMPT; and the answers come in time
+while the database refuses every write.
+
+Each waiter has a client (a connection) of its own, opened beforehand: one connection
+pool serving hundreds of requests costs httpx itself up to a second or two to hand out
+the answers, which would be measured as the server's lateness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+
+import ferryq
+from tests.server.harness import HTTP_TIMEOUT, NO_JOB, Lmstfy
+
+TIMEOUT = 3  # seconds every wait asks for
+LATE = 1.0  # the requirement: an answer at most this long after its timeout
+PROMPT = 1.0  # from a publish to the answer of the consumer it wakes
+CONSUMERS, RESULT_WAITS = 200, 50
+
+
+@dataclass
+class Answer:
+    path: str
+    status: int
+    body: Any
+    sent: float  # time.monotonic() as the request went out
+    answered: float  # ... and as its answer was in
+
+    @property
+    def took(self) -> float:
+        return self.answered - self.sent
+
+
+@asynccontextmanager
+async def clients(lm: Lmstfy, count: int) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``count`` clients of the namespace, each with its connection open already."""
+    tls = ssl.create_default_context()  # one for all: each would cost tens of ms
+    opened = [
+        httpx.AsyncClient(base_url=lm.server.api, headers={"X-Token": lm.token}, verify=tls,
+                          timeout=HTTP_TIMEOUT)
+        for _ in range(count)
+    ]  # fmt: skip
+    try:
+        await asyncio.gather(*(client.get("/healthz") for client in opened))
+        yield opened
+    finally:
+        await asyncio.gather(*(client.aclose() for client in opened))
+
+
+async def timed_get(client: httpx.AsyncClient, path: str, **params: str | int) -> Answer:
+    sent = time.monotonic()
+    response = await client.get(path, params=params)
+    answered = time.monotonic()
+    body = response.json() if response.headers.get("content-type") == "application/json" else None
+    return Answer(path, response.status_code, body, sent, answered)
+
+
+def off_time(answers: list[Answer], timeout: float) -> list[str]:
+    """The answers that came before ``timeout`` or more than LATE after it."""
+    return [f"{a.path}: {a.status} after {a.took:.2f} s" for a in answers
+            if not timeout <= a.took <= timeout + LATE]  # fmt: skip
+
+
+def never_run_jobs(lm: Lmstfy, count: int) -> list[int]:
+    """Jobs of a task no worker runs: their results never come."""
+    ids = []
+    for _ in range(count):
+        answer = lm.http.post("/v1/jobs", json={"task": "never.runs"},
+                              headers={"X-Token": lm.token})  # fmt: skip
+        assert answer.status_code == 201, answer.text
+        ids.append(int(answer.json()["id"]))
+    return ids
+
+
+async def test_hundreds_of_waits_are_each_answered_at_their_timeout(lm: Lmstfy) -> None:
+    results = [f"/v1/jobs/{job_id}/result" for job_id in never_run_jobs(lm, RESULT_WAITS)]
+    consumes = [lm.path(f"empty-{n}") for n in range(CONSUMERS)]
+    async with clients(lm, CONSUMERS + RESULT_WAITS) as opened:
+        answers = await asyncio.gather(*(
+            timed_get(client, path, timeout=TIMEOUT)
+            for client, path in zip(opened, consumes + results, strict=True)
+        ))  # fmt: skip
+    assert {(a.status, str(a.body)) for a in answers[:CONSUMERS]} == {(404, str(NO_JOB))}
+    assert {(a.status, a.body["state"]) for a in answers[CONSUMERS:]} == {(202, "ready")}
+    late = off_time(answers, TIMEOUT)
+    assert not late, f"{len(late)} of {len(answers)} answers off time: {late[:10]}"
+
+
+async def test_jobs_published_during_hundreds_of_waits_reach_their_consumers_promptly(
+    lm: Lmstfy,
+) -> None:
+    # Half the jobs are published through the server, which then knows whom to wake;
+    # the other half by another process (this one), which the server only sees in the
+    # database. A quarter of the consumers get nothing and are answered at their timeout.
+    timeout = TIMEOUT + 2  # the publishing takes a while on a busy machine
+    queues = [f"q-{n}" for n in range(CONSUMERS)]
+    through_server, elsewhere = queues[: CONSUMERS // 4], queues[CONSUMERS // 4 : CONSUMERS // 2]
+    async with clients(lm, CONSUMERS) as opened:
+        waits = [asyncio.ensure_future(timed_get(client, lm.path(queue), timeout=timeout))
+                 for client, queue in zip(opened, queues, strict=True)]  # fmt: skip
+        await lm_round_trip(lm)  # the consumes are in the server's hands by now
+        published = await publish(lm, through_server, elsewhere)
+        answers = dict(zip(queues, await asyncio.gather(*waits), strict=True))
+    slow = []
+    for queue, (job_id, began) in published.items():
+        answer = answers[queue]
+        assert (answer.status, answer.body["job_id"]) == (200, job_id), answer
+        if answer.answered - began > PROMPT:
+            slow.append(f"{queue}: {answer.answered - began:.2f} s after its publish")
+    assert not slow, f"{len(slow)} of {len(published)} jobs came late: {slow[:10]}"
+    unpublished = [answers[queue] for queue in queues if queue not in published]
+    assert {(a.status, str(a.body)) for a in unpublished} == {(404, str(NO_JOB))}
+    late = off_time(unpublished, timeout)
+    assert not late, f"{len(late)} of {len(unpublished)} answers off time: {late[:10]}"
+
+
+async def lm_round_trip(lm: Lmstfy) -> None:
+    """One more round trip to the server, after the requests sent so far."""
+    assert (await asyncio.to_thread(lm.http.get, "/healthz")).status_code == 200
+
+
+async def publish(
+    lm: Lmstfy, through_server: list[str], elsewhere: list[str]
+) -> dict[str, tuple[str, float]]:
+    """A job in each queue: (its id, when its publish began)."""
+    published: dict[str, tuple[str, float]] = {}
+    async with httpx.AsyncClient(base_url=lm.server.api, headers={"X-Token": lm.token},
+                                 timeout=HTTP_TIMEOUT) as client:  # fmt: skip
+        for queue in through_server:
+            began = time.monotonic()
+            answer = await client.put(lm.path(queue), content=f"for {queue}".encode())
+            assert answer.status_code == 201, answer.text
+            published[queue] = (answer.json()["job_id"], began)
+    app = ferryq.App(lm.server.url, namespace=lm.namespace)
+    try:
+        for queue in elsewhere:
+            began = time.monotonic()
+            handle = await app.enqueue_async("from.elsewhere", [queue], queue=queue)
+            published[queue] = (str(handle.id), began)
+    finally:
+        await app.aclose()
+        app.close()
+    return published
+
+
+async def test_waits_are_answered_at_their_timeout_while_the_database_refuses_writes(
+    lm: Lmstfy,
+) -> None:
+    # Every take blocks until the lock goes: each consume is answered at its timeout all
+    # the same. The one whose take went on to lease a job gives it back, uncharged.
+    job_id = lm.publish_ok("held", b"taken too late", tries=2)
+    timeout = 2
+    paths = [lm.path("held")] + [lm.path(f"locked-{n}") for n in range(20)]
+    async with clients(lm, len(paths)) as opened:
+        # The token is looked up now and cached: no read for it while writes wait.
+        assert (await opened[0].get(lm.path("nothing-here"))).status_code == 404
+        with writes_locked(lm.server.url) as release:
+            # However late the answers, the lock goes after a while.
+            unlock = asyncio.get_running_loop().call_later(timeout + LATE + 1, release)
+            try:
+                answers = await asyncio.gather(*(
+                    timed_get(client, path, timeout=timeout)
+                    for client, path in zip(opened, paths, strict=True)
+                ))  # fmt: skip
+            finally:
+                unlock.cancel()
+    assert {(a.status, str(a.body)) for a in answers} == {(404, str(NO_JOB))}
+    late = off_time(answers, timeout)
+    assert not late, f"{len(late)} of {len(answers)} answers off time: {late[:10]}"
+    again = lm.consume_ok("held", timeout=5)
+    assert (again["job_id"], again["remain_tries"]) == (job_id, 1)
+
+
+@contextmanager
+def writes_locked(url: str) -> Iterator[Callable[[], None]]:
+    """The server's database refusing writes (reads go on) until ``release()`` or the
+    end of the block: SQLite's write lock, or PostgreSQL's lock on the jobs table."""
+    conn: sqlite3.Connection | psycopg.Connection[Any]
+    if url.startswith("sqlite:"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        conn = psycopg.connect(url)
+        conn.execute("LOCK TABLE ferryq_jobs IN EXCLUSIVE MODE")
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            conn.rollback()  # the lock goes with the transaction
+            conn.close()
+
+    try:
+        yield release
+    finally:
+        release()
