@@ -5,6 +5,8 @@ from ferryq.app import App
 from ferryq.context import Context
 from ferryq.errors import (
     ConfigurationError,
+    DatabaseReadOnly,
+    DiskFull,
     FerryqError,
     InvalidTransition,
     JobCancelled,
@@ -29,6 +31,8 @@ __all__ = [
     "App",
     "ConfigurationError",
     "Context",
+    "DatabaseReadOnly",
+    "DiskFull",
     "Explanation",
     "Fail",
     "FerryqError",

@@ -68,6 +68,9 @@ class App:
     """A ferryq application: a database URL, a namespace, and the tasks it knows.
 
     ``clock`` returns Unix seconds; tests pass a frozen one to control time.
+    ``read_only=True`` suits a program that only reads (the CLI's ``jobs ls``,
+    ``stats``…): a SQLite file that does not exist is an error instead of a new empty
+    database, and one this process cannot write is opened to read.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class App:
         namespace: str = "default",
         clock: Callable[[], float] = time.time,
         max_payload_bytes: int = 1 << 20,
+        read_only: bool = False,
     ) -> None:
         self.url = url or os.environ.get("FERRYQ_URL") or DEFAULT_URL
+        self.read_only = read_only
         JobOptions(namespace=namespace).validate()
         self.namespace = namespace
         self.clock = clock
@@ -203,7 +208,7 @@ class App:
                 for ended in [other for other in self._stores if other.is_closed()]:
                     gone.append(self._stores.pop(ended))
                     self._closers.pop(ended, None)
-                store = self._stores[loop] = open_store(self.url)
+                store = self._stores[loop] = open_store(self.url, read_only=self.read_only)
                 created = True
             else:
                 created = False

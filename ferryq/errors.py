@@ -7,7 +7,9 @@
     ├── SerializationError      args, results or context that are not JSON
     ├── JobNotFound             no hot or historical job has that id
     ├── InvalidTransition       the job's state does not allow the operation
-    ├── StoreError              the database failed in a way a retry will not mend
+    ├── StoreError              the database failed, or cannot be used as it is
+    │   ├── DiskFull            the disk under the database is full
+    │   └── DatabaseReadOnly    the database cannot be written here
     ├── JobFailed               handle.result() on a job that ended without success
     │   ├── JobDead
     │   ├── JobCancelled
@@ -50,7 +52,18 @@ class InvalidTransition(FerryqError):
 
 
 class StoreError(FerryqError):
-    """The database failed in a way that retrying will not mend."""
+    """The database failed, or cannot be used as it is: out of reach, closed, or a
+    driver error, whose own exception is the ``__cause__``."""
+
+
+class DiskFull(StoreError):
+    """A write found the disk under the database full. Writes work again once space
+    is freed; the store then takes back what its write-ahead log held."""
+
+
+class DatabaseReadOnly(StoreError):
+    """The database cannot be written here: the file, its folder or its file system
+    is read-only to this process. Reading may still work."""
 
 
 class JobFailed(FerryqError):

@@ -18,12 +18,15 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@", 1)))
 
 
-def open_store(url: str) -> Store:
-    """A store for ``url`` (``sqlite:///path`` or ``postgresql://…``), not yet opened."""
+def open_store(url: str, *, read_only: bool = False) -> Store:
+    """A store for ``url`` (``sqlite:///path`` or ``postgresql://…``), not yet opened.
+
+    ``read_only``: the caller only reads, so a SQLite file is never created, and one
+    that cannot be written is opened to read (PostgreSQL needs no such care)."""
     if url.startswith("sqlite:"):
         from ferryq.store.sqlite.store import SQLiteStore
 
-        return SQLiteStore.from_url(url)
+        return SQLiteStore.from_url(url, read_only=read_only)
     if url.startswith(("postgresql:", "postgres:")):
         try:
             from ferryq.store.postgres.store import PostgresStore

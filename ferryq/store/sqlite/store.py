@@ -4,14 +4,23 @@ One connection per store lives on one dedicated thread, so the event loop never
 blocks on the database. Every write is a ``BEGIN IMMEDIATE`` transaction: it takes the
 write lock up front, which lets SQLite's busy handler queue writers from several
 processes instead of failing them half-way. If a writer still times out, the
-transaction is retried, so "database is locked" never reaches a caller.
+transaction is retried, so "database is locked" never reaches a caller. Any other
+SQLite error reaches callers as a StoreError (DiskFull, DatabaseReadOnly) that says
+in one line what is wrong with which file; the SQLite error is its ``__cause__``.
+
+A disk that fills up is survived: while little space is left the store keeps the WAL
+short, and after a write failed for want of space it empties the WAL before the next
+write, so that writes work again as soon as space is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
+import os
 import sqlite3
 import threading
 import time
@@ -22,7 +31,14 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ferryq import lanes
-from ferryq.errors import ConfigurationError, InvalidTransition, JobNotFound, StoreError
+from ferryq.errors import (
+    ConfigurationError,
+    DatabaseReadOnly,
+    DiskFull,
+    InvalidTransition,
+    JobNotFound,
+    StoreError,
+)
 from ferryq.job import Job, State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
 from ferryq.store import base
@@ -63,10 +79,24 @@ _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
 #: The query options a SQLite URL may carry (``sqlite:///jobs.db?synchronous=full``).
 URL_OPTIONS = ("synchronous",)
+#: Below this much free space on its disk, a store keeps the WAL short: SQLite
+#: checkpoints every SHORT_CHECKPOINT pages instead of 1,000 and cuts the WAL file back
+#: each time it starts it over. A WAL left to grow into the last free bytes could never
+#: be checkpointed again: moving its pages into the database takes room too.
+LOW_SPACE = 64 << 20
+SHORT_CHECKPOINT = 64
+#: The WAL file is cut back to this size when SQLite starts it over after a burst (a
+#: large enqueue_many, checkpoints held off by readers), instead of keeping its peak.
+WAL_SIZE_LIMIT = 16 << 20
+#: Seconds between two looks at the free space by a store that writes.
+SPACE_CHECK_INTERVAL = 1.0
+#: Free bytes under which a disk I/O error is taken for a full disk (SQLite reports
+#: some writes that found no space, such as growing the -shm file, as I/O errors).
+NEARLY_FULL = 1 << 20
 
 
 #: Result codes that refuse the values written, whatever the moment: a write that got
-#: them would get them again (where busy, locked, I/O and full may pass).
+#: them would get them again (where busy, locked, I/O, full and read-only may pass).
 _REFUSALS = frozenset(
     (
         sqlite3.SQLITE_TOOBIG,
@@ -75,16 +105,37 @@ _REFUSALS = frozenset(
         sqlite3.SQLITE_RANGE,
     )
 )
+#: Result codes of a write that found no space (see NEARLY_FULL for I/O errors).
+_NO_SPACE = frozenset((sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR))
+#: Result codes of a database this process may not write, or whose -wal and -shm files
+#: it cannot make.
+_CANNOT_WRITE = frozenset((sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM))
+#: A store that only reads falls back to opening the file to read on these.
+_READ_INSTEAD = _CANNOT_WRITE | _NO_SPACE
 
 
 class SQLiteStore(base.Store):
-    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0):
+    """``read_only=True`` is for callers that only read (the CLI's ``jobs ls``,
+    ``stats``…): a file that does not exist is an error, not a new database, and one
+    this process cannot write is opened to read (not migrated, and its writes fail
+    with DatabaseReadOnly)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0,
+        read_only: bool = False,
+    ):
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ConfigurationError(
                 f"synchronous must be off, normal, full or extra: {synchronous!r}"
             )
         self.path = path
         self.url = f"sqlite:///{path}"
+        self.read_only = read_only
+        self._file = Path(path).absolute()  # for messages, whatever the working folder
         self._synchronous = synchronous.upper()
         self._busy_timeout = busy_timeout
         self._executor: ThreadPoolExecutor | None = None
@@ -96,9 +147,12 @@ class SQLiteStore(base.Store):
         self._changes = (float("-inf"), float("-inf"))  # when the last two changes were seen
         self._open_lock = threading.Lock()
         self._closing = threading.Event()
+        self._short = False  # keeping the WAL short: little space left
+        self._space_checked = -math.inf
+        self._reclaim = False  # a write found no space: empty the WAL before the next
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteStore:
+    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteStore:
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc:
             raise ConfigurationError(
@@ -116,7 +170,7 @@ class SQLiteStore(base.Store):
                 f"unknown SQLite URL option(s) {', '.join(map(repr, unknown))}: "
                 f"the options are {', '.join(URL_OPTIONS)}"
             )
-        return cls(path, synchronous=options.get("synchronous", "NORMAL"))
+        return cls(path, synchronous=options.get("synchronous", "NORMAL"), read_only=read_only)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -129,11 +183,9 @@ class SQLiteStore(base.Store):
         try:
             # One executor job, so no call queued behind it can see an unmigrated file.
             await self._call(self._connect, migrate)
-        except (sqlite3.Error, ConfigurationError) as exc:
+        except Exception:
             await self.close()
-            if isinstance(exc, ConfigurationError):
-                raise
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -159,32 +211,103 @@ class SQLiteStore(base.Store):
         self._conn = self._watch = None
 
     def _connect(self, migrate: bool) -> None:
+        if self.read_only and not self._file.is_file():
+            raise StoreError(f"no ferryq database at {self._file} (set FERRYQ_URL or --url)")
         parent = Path(self.path).parent
         if not parent.exists():
             raise ConfigurationError(
                 f"folder {str(parent)!r} for the SQLite database does not exist"
             )
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self._connect_to_write(migrate)
+        except (sqlite3.Error, DatabaseReadOnly) as exc:
+            self._disconnect()
+            if not self.read_only:
+                raise
+            if isinstance(exc, sqlite3.Error) and _primary(exc) not in _READ_INSTEAD:
+                raise
+            self._connect_to_read()
+
+    def _connect_to_write(self, migrate: bool) -> None:
+        if self._file.exists() and not os.access(self._file, os.W_OK):
+            # SQLite would open it to read without a word, and the first write would fail.
+            raise _read_only(self._file, _why_read_only(self._file) or "the file is not writable")
+        # A store that only reads opens the file with mode=rw, which never creates it.
+        target = _uri(self._file, "mode=rw") if self.read_only else self.path
+        conn = sqlite3.connect(
+            target, uri=self.read_only, isolation_level=None, check_same_thread=False
+        )
+        self._conn = conn
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB keeps the hot indexes cached
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         # From here on a write waits for the lock in _write's loop, LOCK_POLL at a time.
         conn.execute(f"PRAGMA busy_timeout = {int(min(self._busy_timeout, LOCK_POLL) * 1000)}")
-        self._conn = conn
         if migrate:
             self._write(_migrate)
-        self._watch = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._watch = sqlite3.connect(target, uri=self.read_only, check_same_thread=False,
+                                      isolation_level=None)  # fmt: skip
+
+    def _connect_to_read(self) -> None:
+        """Open a database this process cannot write now, to read it: ``mode=ro``, or,
+        when SQLite cannot even make its -shm file (a read-only folder or file system,
+        a full disk) and no WAL holds commits, ``immutable=1``, which needs neither."""
+        wal = Path(f"{self._file}-wal")
+        try:
+            self._conn = self._reader("mode=ro")
+        except sqlite3.Error as exc:
+            if _primary(exc) not in _READ_INSTEAD or (wal.exists() and wal.stat().st_size):
+                raise
+            self._conn = self._reader("mode=ro&immutable=1")
+        log.info("opened SQLite database %s to read only: it cannot be written now", self._file)
+
+    def _reader(self, query: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            _uri(self._file, query), uri=True, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_schema WHERE name = 'ferryq_migrations'"
+            ).fetchone()  # the first read: SQLite opens the WAL here, or fails to
+            version = _schema_version(conn) if found else 0
+        except BaseException:
+            conn.close()
+            raise
+        if version < MIGRATIONS[-1][0]:
+            conn.close()
+            what = f"schema version {version}" if found else "no ferryq tables"
+            raise StoreError(
+                f"SQLite database {self._file} has {what} where this ferryq needs version "
+                f"{MIGRATIONS[-1][0]}, and cannot be written now: run `ferryq migrate` once "
+                "it can"
+            )
+        return conn
+
+    def _disconnect(self) -> None:
+        for conn in (self._conn, self._watch):
+            if conn is not None:
+                conn.close()
+        self._conn = self._watch = None
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
             raise StoreError("the store is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except sqlite3.Error as exc:
+            if _primary(exc) in _NO_SPACE:
+                self._reclaim = True
+            doing = {self._connect: "opening", self._read: "reading"}.get(fn, "writing")
+            raise _failure(self._file, exc, doing) from exc
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a write transaction, waiting out other writers however long,
         unless the store closes meanwhile."""
         conn = self._require_conn()
+        self._mind_space(conn)
         delay, began = 0.01, time.monotonic()
         warn_at = began + max(self._busy_timeout, LOCK_POLL)
         while True:
@@ -206,11 +329,41 @@ class SQLiteStore(base.Store):
                 log.warning("SQLite write lock busy for %.0f s, still waiting", now - began)
         try:
             result = fn(conn)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # A full disk may have rolled the transaction back already, and a failed
+            # COMMIT may leave it open: either way the next write must find none.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
         return result
+
+    def _mind_space(self, conn: sqlite3.Connection) -> None:
+        """Before a write: after one that found no space, empty the WAL (a TRUNCATE
+        checkpoint gives its pages back to the disk, once the database file has the room
+        to take them); and keep the WAL short while little space is left."""
+        if self._reclaim:
+            self._reclaim = not _truncate_wal(conn)
+            if not self._reclaim:
+                log.info("SQLite database %s: the WAL is emptied, writes resume", self._file)
+            self._space_checked = -math.inf
+        now = time.monotonic()
+        if now < self._space_checked + SPACE_CHECK_INTERVAL:
+            return
+        self._space_checked = now
+        free = _free_space(self._file.parent)
+        if (free < LOW_SPACE) == self._short:
+            return
+        self._short = not self._short
+        checkpoint, limit = (SHORT_CHECKPOINT, 0) if self._short else (1000, WAL_SIZE_LIMIT)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {checkpoint}")
+        conn.execute(f"PRAGMA journal_size_limit = {limit}")
+        if self._short:  # not a warning: a one-off command would print it on every run
+            log.info("%.1f MiB free on the disk of SQLite database %s: keeping its WAL short",
+                     free / (1 << 20), self._file)  # fmt: skip
+        else:
+            log.info("SQLite database %s: its disk has room again", self._file)
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one read snapshot, so a job moving to history is seen once."""
@@ -219,7 +372,8 @@ class SQLiteStore(base.Store):
         try:
             return fn(conn)
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:  # an error may have ended it
+                conn.execute("COMMIT")
 
     def _require_conn(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -229,10 +383,12 @@ class SQLiteStore(base.Store):
     def refuses(self, error: BaseException) -> bool:
         if isinstance(error, ValueError | TypeError | OverflowError):
             return True  # not even bound: a text no codec takes, an integer past 64 bits
-        if not isinstance(error, sqlite3.Error):
+        # The store raises StoreError with SQLite's own error as the cause.
+        cause = error.__cause__ if isinstance(error, StoreError) else error
+        if not isinstance(cause, sqlite3.Error):
             return False
-        code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary code
-        return code in _REFUSALS or (code == sqlite3.SQLITE_ERROR and "JSON" in str(error))
+        code = _primary(cause)
+        return code in _REFUSALS or (code == sqlite3.SQLITE_ERROR and "JSON" in str(cause))
 
     # -- migrations --------------------------------------------------------------
 
@@ -669,6 +825,79 @@ class SQLiteStore(base.Store):
             return conn.execute(Q["worker_prune"], {"before": dead_before}).rowcount
 
         return await self._call(self._write, prune)
+
+
+# -- errors and space ----------------------------------------------------------
+
+
+def _primary(error: sqlite3.Error) -> int:
+    """The primary result code of a SQLite error (SQLITE_IOERR for SQLITE_IOERR_WRITE)."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF
+
+
+def _failure(file: Path, error: sqlite3.Error, doing: str) -> StoreError:
+    """The ferryq error for SQLite's ``error``, met while ``doing`` (opening, reading,
+    writing) the database ``file``: one line saying what is wrong."""
+    code = _primary(error)
+    name = f"SQLite database {file}"
+    if code == sqlite3.SQLITE_FULL or (
+        code == sqlite3.SQLITE_IOERR and _free_space(file.parent) < NEARLY_FULL
+    ):
+        return DiskFull(f"{name}: the disk is full ({doing}: {error})")
+    if code in _CANNOT_WRITE and (why := _why_read_only(file)) is not None:
+        return _read_only(file, why)
+    if code == sqlite3.SQLITE_IOERR:
+        return StoreError(f"{name}: a disk I/O error ({doing}: {error})")
+    return StoreError(f"{name}: {error} ({doing})")
+
+
+def _read_only(file: Path, why: str) -> DatabaseReadOnly:
+    if not file.exists():
+        return DatabaseReadOnly(f"cannot create SQLite database {file} ({why})")
+    return DatabaseReadOnly(
+        f"SQLite database {file} is read-only ({why}): commands that write need write access"
+    )
+
+
+def _why_read_only(file: Path) -> str | None:
+    """What keeps this process from writing ``file`` (and the -wal and -shm files that
+    SQLite keeps beside it), if the file system says."""
+    folder = file.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "its file system is mounted read-only"
+    except OSError:
+        return None
+    if file.exists() and not os.access(file, os.W_OK):
+        return "the file is not writable"
+    for side in (Path(f"{file}-wal"), Path(f"{file}-shm")):
+        if side.exists() and not os.access(side, os.W_OK):
+            return f"{side.name} is not writable"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder is not writable, and SQLite makes its -wal and -shm files there"
+    return None
+
+
+def _free_space(folder: Path) -> float:
+    """Bytes free for this process on the disk of ``folder`` (infinite if unknown)."""
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return math.inf
+    return float(found.f_bavail * found.f_frsize)
+
+
+def _truncate_wal(conn: sqlite3.Connection) -> bool:
+    """Checkpoint the whole WAL and cut its file to nothing; whether that worked."""
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error:
+        return False  # still no room to move the WAL's pages into the database
+    return int(busy) == 0
+
+
+def _uri(file: Path, query: str) -> str:
+    return f"{file.as_uri()}?{query}"
 
 
 # -- statements run on the store's thread --------------------------------------
