@@ -2,7 +2,11 @@
 
 Errors ferryq raises on purpose become one line on stderr: exit code 1 when a job does
 not exist, 2 for anything else the user can fix (bad options, bad arguments, a state
-that does not allow the operation). ``--json`` prints machine-readable JSON on stdout.
+that does not allow the operation, a database out of reach, read-only or on a full
+disk). ``--json`` prints machine-readable JSON on stdout.
+
+Commands that only read never create a SQLite database: they fail when the file does
+not exist, and read one they cannot write. Commands that write create it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import ferryq
 from ferryq import _render, backoff
 from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
-from ferryq.errors import FerryqError, JobNotFound, StoreError
+from ferryq.errors import DatabaseReadOnly, DiskFull, FerryqError, JobNotFound, StoreError
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
@@ -102,12 +106,13 @@ def settings(ctx: click.Context) -> Settings:
     return found
 
 
-def get_app(ctx: click.Context, target: str | None = None) -> App:
-    """The App for ``--url``/``--namespace`` (or the one at ``target``), closed at the end."""
+def get_app(ctx: click.Context, target: str | None = None, *, read_only: bool = False) -> App:
+    """The App for ``--url``/``--namespace`` (or the one at ``target``), closed at the end.
+    A command that only reads says so (``read_only``): it creates no SQLite file."""
     config = settings(ctx)
     if config.app is None:
         if target is None:
-            config.app = App(config.url, namespace=config.namespace)
+            config.app = App(config.url, namespace=config.namespace, read_only=read_only)
         else:
             config.app = configured(load_app(target), config)
         ctx.find_root().call_on_close(config.app.close)
@@ -200,6 +205,9 @@ def worker(
         asyncio.run(_run_worker(app, options))
     except DatabaseUnavailable as exc:  # at the start: as for every other command
         click.echo(f"Error: {exc.__cause__}", err=True)
+        code = CliError.exit_code
+    except (DiskFull, DatabaseReadOnly) as exc:  # the first heartbeat, or a burst's round
+        click.echo(f"Error: {exc}", err=True)
         code = CliError.exit_code
     except StoreError as exc:  # at the stop: the outcomes of running jobs were not written
         click.echo(f"Error: {exc}", err=True)
@@ -381,7 +389,7 @@ def jobs_ls(
     **filters: str | None,
 ) -> None:  # fmt: skip
     """List jobs, newest first."""
-    found = get_app(ctx).list_jobs(
+    found = get_app(ctx, read_only=True).list_jobs(
         state=State(state) if state else None, after_id=after, limit=limit, **filters
     )
     print_jobs(found, limit, as_json)
@@ -405,7 +413,7 @@ def print_jobs(found: Sequence[Job], limit: int, as_json: bool) -> None:
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     """Everything about one job: args, result, errors, stages, times."""
-    job = get_app(ctx).get_job(job_id)
+    job = get_app(ctx, read_only=True).get_job(job_id)
     if as_json:
         emit_json(job.to_dict())
     else:
@@ -418,7 +426,7 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
 @click.pass_context
 def jobs_explain(ctx: click.Context, job_id: int, as_json: bool) -> None:
     """Why a job is (not) running."""
-    explanation = get_app(ctx).explain(job_id)
+    explanation = get_app(ctx, read_only=True).explain(job_id)
     if as_json:
         emit_json(explanation.to_dict())
     else:
@@ -470,7 +478,8 @@ def dead_ls(
     ctx: click.Context, queue: str | None, limit: int, after: int | None, as_json: bool
 ) -> None:
     """List dead jobs, newest first."""
-    found = get_app(ctx).list_jobs(state=State.DEAD, queue=queue, limit=limit, after_id=after)
+    app = get_app(ctx, read_only=True)
+    found = app.list_jobs(state=State.DEAD, queue=queue, limit=limit, after_id=after)
     print_jobs(found, limit, as_json)
 
 
@@ -606,7 +615,7 @@ def lanes() -> None:
 @click.pass_context
 def lanes_ls(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Lanes with unfinished jobs, busiest first, then halted lanes."""
-    found = get_app(ctx).lanes(limit=limit)
+    found = get_app(ctx, read_only=True).lanes(limit=limit)
     if as_json:
         emit_json([asdict(info) for info in found])
     elif not found:
@@ -641,7 +650,7 @@ def lanes_limit(
     Jobs not started yet follow a change at once.
     """
     check_lane_limit_usage(pattern, limit, on_dead, clear)
-    app = get_app(ctx)
+    app = get_app(ctx, read_only=limit is None and not clear)
     if pattern is None:
         print_rules(app.lane_limits(), as_json)
     elif clear:
@@ -699,7 +708,7 @@ def print_rules(rules: Sequence[lanes_module.LaneRule], as_json: bool) -> None:
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Jobs by queue and state, the live workers and the periodic tasks."""
-    app = get_app(ctx)
+    app = get_app(ctx, read_only=True)
     current = app.stats()
     if as_json:
         emit_json(current.to_dict())

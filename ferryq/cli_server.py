@@ -120,7 +120,7 @@ def token_create(
 @click.pass_context
 def token_ls(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     """List tokens (of NAMESPACE, or all): hints and descriptions, never the tokens."""
-    app = get_app(ctx)
+    app = get_app(ctx, read_only=True)
 
     async def listed() -> list[Token]:
         return await (await app.store()).token_list(namespace)

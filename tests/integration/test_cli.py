@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from ferryq.cli import WORKER_SWITCH_INTERVAL
+from tests.integration.volumes import fill, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.integration.cli_tasks:app"
@@ -168,11 +169,11 @@ def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
     ],
 )
 def test_invalid_enqueue_is_refused_and_writes_nothing(
-    ferryq: Run, args_json: str, options: list[str], named: str
+    ferryq: Run, tmp_path: Path, args_json: str, options: list[str], named: str
 ) -> None:
     message = failed(ferryq("enqueue", "send", args_json, *options), 2)
     assert named in message
-    assert as_json(ferryq("jobs", "ls", "--json")) == []
+    assert not (tmp_path / "t.db").exists()  # refused before the database was opened
 
 
 # -- jobs ----------------------------------------------------------------------
@@ -267,6 +268,7 @@ BY_ID = [
 
 @pytest.mark.parametrize("command", BY_ID)
 def test_an_unknown_job_is_not_found(ferryq: Run, command: list[str]) -> None:
+    ok(ferryq("migrate"))
     assert failed(ferryq(*command, "999"), 1) == "Error: no job with id 999"
 
 
@@ -437,6 +439,7 @@ def lanes(ferryq: Run) -> dict[str, dict[str, Any]]:
 
 def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     ferryq = ferryq_each
+    ok(ferryq("migrate"))
     assert "no lane rules" in ok(ferryq("lanes", "limit")).stdout
     assert rules(ferryq) == []
     said = ok(ferryq("lanes", "limit", "tenant:*", "2", "--on-dead", "halt")).stdout
@@ -504,6 +507,7 @@ def test_invalid_lane_limits_are_refused_and_change_nothing(
 
 def test_lanes_ls_and_explain_of_waiting_jobs(ferryq_each: Run) -> None:
     ferryq = ferryq_each
+    ok(ferryq("migrate"))
     assert "no lanes" in ok(ferryq("lanes", "ls")).stdout
     ok(ferryq("lanes", "limit", "tenant:*", "2"))
     slow = [enqueue(ferryq, "send", f"[{i}]", "--lane", "tenant:a") for i in range(4)]
@@ -641,7 +645,7 @@ def test_an_unknown_sqlite_url_option_is_refused(ferryq: Run, tmp_path: Path, qu
     ],
 )
 def test_float_options_refuse_what_is_not_a_finite_number(
-    ferryq: Run, command: list[str], option: str, value: str
+    ferryq: Run, tmp_path: Path, command: list[str], option: str, value: str
 ) -> None:
     result = ferryq(*command, option, value)
     assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
@@ -649,7 +653,7 @@ def test_float_options_refuse_what_is_not_a_finite_number(
     said = result.stderr.strip().splitlines()[-1]
     assert said.startswith(f"Error: Invalid value for '{option}': ")
     assert f"'{value}' is not a finite number." in said or "is not in the range" in said
-    assert as_json(ferryq("jobs", "ls", "--json")) == []
+    assert not (tmp_path / "t.db").exists()
 
 
 def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None:
@@ -661,9 +665,9 @@ def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None
 
 
 @pytest.mark.parametrize("task", ["", " "])
-def test_an_empty_task_name_is_refused(ferryq: Run, task: str) -> None:
+def test_an_empty_task_name_is_refused(ferryq: Run, tmp_path: Path, task: str) -> None:
     assert failed(ferryq("enqueue", task, "[]"), 2) == "Error: TASK must be a task name, not empty"
-    assert as_json(ferryq("jobs", "ls", "--json")) == []
+    assert not (tmp_path / "t.db").exists()
 
 
 def test_args_json_is_optional_and_shown_so(ferryq: Run) -> None:
@@ -676,3 +680,60 @@ def test_an_unreachable_database_exits_2(ferryq: Run, command: list[str]) -> Non
     unreachable = "postgresql://ferryq@127.0.0.1:1/nothing"
     message = failed(ferryq("--url", unreachable, *command), 2)
     assert message.startswith("Error: cannot connect to PostgreSQL at ")
+
+
+#: Commands that only read: none of them creates a database.
+READ_ONLY = [
+    ["jobs", "ls"], ["jobs", "show", "1"], ["jobs", "explain", "1"], ["dead", "ls"],
+    ["lanes", "ls"], ["lanes", "limit"], ["lanes", "limit", "x"], ["stats"], ["token", "ls"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_a_command_that_reads_creates_no_database(
+    ferryq: Run, tmp_path: Path, command: list[str]
+) -> None:
+    message = failed(ferryq(*command), 2)
+    assert message == f"Error: no ferryq database at {tmp_path}/t.db (set FERRYQ_URL or --url)"
+    assert not list(tmp_path.glob("t.db*"))
+
+
+def test_jobs_ls_in_a_folder_without_a_database_names_the_file_it_looked_for(
+    tmp_path: Path,
+) -> None:
+    environ = {name: value for name, value in os.environ.items() if name != "FERRYQ_URL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "ferryq", "jobs", "ls"],
+        capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    message = failed(result, 2)
+    assert message == f"Error: no ferryq database at {tmp_path}/ferryq.db (set FERRYQ_URL or --url)"
+    assert list(tmp_path.iterdir()) == []
+
+
+#: Commands that write: each creates the database.
+WRITING = [["migrate"], ["enqueue", "send"], ["worker", TASKS, "--burst"]]
+
+
+@pytest.mark.parametrize("command", WRITING)
+def test_a_command_that_writes_creates_the_database(
+    ferryq: Run, tmp_path: Path, command: list[str]
+) -> None:
+    ok(ferryq(*command))
+    assert (tmp_path / "t.db").is_file()
+
+
+def test_a_full_disk_is_said_in_one_line_and_reads_go_on(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "volume", "2m") as volume:
+        ferryq = runner(f"sqlite:///{volume}/t.db", tmp_path)
+        ok(ferryq("enqueue", "echo", "[1]"))
+        filler = fill(volume)
+        for command in (["enqueue", "echo", "[2]"], ["worker", TASKS, "--burst"]):
+            result = ferryq(*command)
+            assert result.returncode == 2, f"{command}: {result.stderr}"
+            assert "Traceback" not in result.stderr
+            said = result.stderr.strip().splitlines()[-1]
+            assert said.startswith(f"Error: SQLite database {volume}/t.db: the disk is full (")
+        assert [job["args"] for job in as_json(ferryq("jobs", "ls", "--json"))] == [[1]]
+        filler.unlink()
+        ok(ferryq("enqueue", "echo", "[3]"))
