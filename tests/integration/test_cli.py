@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -723,17 +724,22 @@ def test_a_command_that_writes_creates_the_database(
     assert (tmp_path / "t.db").is_file()
 
 
-def test_a_full_disk_is_said_in_one_line_and_reads_go_on(tmp_path: Path) -> None:
-    with tmpfs(tmp_path / "volume", "2m") as volume:
+@pytest.mark.parametrize("doing", ["opening", "writing"])
+def test_a_full_disk_is_said_in_one_line_and_reads_go_on(tmp_path: Path, doing: str) -> None:
+    with tmpfs(tmp_path / "volume", "2m") as volume, contextlib.ExitStack() as stack:
         ferryq = runner(f"sqlite:///{volume}/t.db", tmp_path)
         ok(ferryq("enqueue", "echo", "[1]"))
+        if doing == "writing":  # another process has it open: its -shm file stays
+            held = stack.enter_context(contextlib.closing(sqlite3.connect(volume / "t.db")))
+            held.execute("SELECT count(*) FROM ferryq_jobs").fetchone()
         filler = fill(volume)
         for command in (["enqueue", "echo", "[2]"], ["worker", TASKS, "--burst"]):
             result = ferryq(*command)
             assert result.returncode == 2, f"{command}: {result.stderr}"
             assert "Traceback" not in result.stderr
             said = result.stderr.strip().splitlines()[-1]
-            assert said.startswith(f"Error: SQLite database {volume}/t.db: the disk is full (")
+            full = f"Error: SQLite database {volume}/t.db: the disk is full ({doing}: "
+            assert said.startswith(full), said
         assert [job["args"] for job in as_json(ferryq("jobs", "ls", "--json"))] == [[1]]
         filler.unlink()
         ok(ferryq("enqueue", "echo", "[3]"))

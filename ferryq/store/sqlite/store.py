@@ -346,7 +346,8 @@ class SQLiteStore(base.Store):
         if self._reclaim:
             self._reclaim = not _truncate_wal(conn)
             if not self._reclaim:
-                log.info("SQLite database %s: the WAL is emptied, writes resume", self._file)
+                log.debug("SQLite database %s: emptied the WAL after a write found no space",
+                          self._file)  # fmt: skip
             self._space_checked = -math.inf
         now = time.monotonic()
         if now < self._space_checked + SPACE_CHECK_INTERVAL:
