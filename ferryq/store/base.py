@@ -8,7 +8,7 @@ back, never raised, because a late worker is an expected event, not an error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -274,10 +274,16 @@ class Store(Protocol):
         """
 
     async def job_leases(
-        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+        self,
+        held: Sequence[tuple[int, int]],
+        extend: Sequence[int],
+        now: float,
+        started: Mapping[int, float] | None = None,
     ) -> Leases:
         """Renew the leases named in ``extend``; of all ``held`` (id, fence), report the
-        ones lost and the ones whose cancellation was requested."""
+        ones lost and the ones whose cancellation was requested. ``started`` gives, for
+        some of ``extend``, the time their handler began: their ``started_at``, which
+        the claim set to the claim's time."""
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None: ...
 

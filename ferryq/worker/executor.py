@@ -57,6 +57,7 @@ class Attempt:
     runner: asyncio.Task[None] | None = field(default=None, repr=False)
     thread: _Thread | None = field(default=None, repr=False)  # a sync handler's, running
     successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
+    start_written: bool = False  # its started_at, past the claim's, is in the database
 
     def interrupt(self, reason: Stop) -> None:
         """Stop the handler: an async one is cancelled; a sync one has ``Interrupted``

@@ -400,18 +400,25 @@ class Worker:
         # answers again, finds its lease still there): each is renewed past a third of
         # its ttr, and at once on ctx.heartbeat().
         holding = {**{a.job.id: a for a in self._unwritten.values()}, **self.active}
+        # The claim stamped started_at with its own time; the first renewal after the
+        # handler began writes when it really did (a finish writes it too).
+        started = {
+            job_id: a.started_at for job_id, a in self.active.items()
+            if a.started_at is not None and not a.start_written and a.running
+        }  # fmt: skip
         extend = [
             job_id for job_id, a in holding.items()
             if a.lease_until - now < a.job.ttr * 2 / 3
-            or (a.ctx is not None and a.ctx._take_heartbeat())
+            or (a.ctx is not None and a.ctx._take_heartbeat()) or job_id in started
         ]  # fmt: skip
         held = [(i, a.job.fence) for i, a in holding.items()]
         if not held:
             return
-        leases = await store.job_leases(held, extend, now)
+        leases = await store.job_leases(held, extend, now, started)
         for job_id in leases.extended:
             if (attempt := holding.get(job_id)) is not None:
                 attempt.lease_until = now + attempt.job.ttr
+                attempt.start_written = attempt.start_written or job_id in started
         for job_id in leases.lost:  # recovered or claimed again elsewhere: stop wasting work
             if (attempt := self.active.get(job_id)) is not None and attempt.running:
                 attempt.interrupt(Stop.LEASE)

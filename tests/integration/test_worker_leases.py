@@ -102,3 +102,38 @@ async def test_a_one_slot_worker_starts_jobs_in_order_while_they_arrive(
     worker.stop()
     await runner
     assert ran == list(range(40))
+
+
+async def test_a_running_job_shows_when_its_handler_began(
+    app: ferryq.App, clock: FrozenClock
+) -> None:
+    began = {"first": asyncio.Event(), "second": asyncio.Event()}
+    go_on = {"first": asyncio.Event(), "second": asyncio.Event()}
+
+    @app.task
+    async def wait(name: str) -> None:
+        began[name].set()
+        await go_on[name].wait()
+
+    await wait.enqueue_async("first")
+    second = await wait.enqueue_async("second")
+    worker = ferryq.Worker(app, concurrency=1, prefetch=1, heartbeat_interval=60,
+                           handle_signals=False)  # fmt: skip
+    runner = asyncio.create_task(worker.run())
+    await began["first"].wait()
+
+    async def prefetched() -> bool:
+        return (await app.get_job_async(second.id)).state == "running"
+
+    await _until(prefetched, "the second job claimed while the first runs")
+    claimed_at = clock.now
+    clock.advance(5)
+    go_on["first"].set()  # the first ends; the second begins 5 s after its claim
+    await began["second"].wait()
+    await worker._beat()
+    job = await app.get_job_async(second.id)
+    assert job.state == "running"
+    assert job.claimed_at == claimed_at and job.started_at == claimed_at + 5
+    go_on["second"].set()
+    worker.stop()
+    await runner

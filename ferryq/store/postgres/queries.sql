@@ -151,8 +151,9 @@ WHERE id = :id AND fence = :fence AND state = 'running'
 RETURNING id;
 
 -- name: job_lease_extend
-UPDATE ferryq_jobs j SET lease_until = :now + j.ttr
-FROM unnest(:ids::bigint[], :fences::bigint[]) AS f(id, fence)
+-- A started time (else null) is when the attempt's handler really began, after the claim.
+UPDATE ferryq_jobs j SET lease_until = :now + j.ttr, started_at = coalesce(f.started, j.started_at)
+FROM unnest(:ids::bigint[], :fences::bigint[], :started::float8[]) AS f(id, fence, started)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
 RETURNING j.id;
 

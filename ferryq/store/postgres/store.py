@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -377,14 +377,19 @@ class PostgresStore(base.Store):
             _end(turn.mine)
 
     async def job_leases(
-        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+        self,
+        held: Sequence[tuple[int, int]],
+        extend: Sequence[int],
+        now: float,
+        started: Mapping[int, float] | None = None,
     ) -> Leases:
-        fences = dict(held)
+        fences, began = dict(held), started or {}
         extended: list[int] = []
         if extend:
             rows = await self._fetch(
                 "job_lease_extend", ids=list(extend),
-                fences=[fences.get(i, -1) for i in extend], now=now,
+                fences=[fences.get(i, -1) for i in extend],
+                started=[began.get(i) for i in extend], now=now,
             )  # fmt: skip
             extended = sorted(r[0] for r in rows)
         rows = await self._fetch("job_held", ids=list(fences))

@@ -129,11 +129,13 @@ SET state = 'ready', attempts = max(attempts - 1, 0), started_at = NULL, lease_u
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_lease_extend
--- :pairs is [[id, fence], ...]: only the attempt that holds the lease renews it.
-UPDATE ferryq_jobs SET lease_until = :now + ttr
-WHERE (id, fence) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
-  AND state = 'running'
-RETURNING id;
+-- :pairs is [[id, fence, started], ...]: only the attempt that holds the lease renews
+-- it; a started time (else null) is when its handler really began, later than the claim.
+UPDATE ferryq_jobs SET lease_until = :now + ttr, started_at = coalesce(p.started, started_at)
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS started
+      FROM json_each(:pairs)) AS p
+WHERE ferryq_jobs.id = p.id AND ferryq_jobs.fence = p.fence AND state = 'running'
+RETURNING ferryq_jobs.id;
 
 -- name: job_held
 SELECT id, fence, cancel_requested FROM ferryq_jobs

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -435,14 +435,18 @@ class SQLiteStore(base.Store):
         return await self._call(self._write, cycle)
 
     async def job_leases(
-        self, held: Sequence[tuple[int, int]], extend: Sequence[int], now: float
+        self,
+        held: Sequence[tuple[int, int]],
+        extend: Sequence[int],
+        now: float,
+        started: Mapping[int, float] | None = None,
     ) -> Leases:
-        fences = dict(held)
+        fences, began = dict(held), started or {}
 
         def leases(conn: sqlite3.Connection) -> Leases:
             extended: list[int] = []
             if extend:
-                pairs = json.dumps([[i, fences.get(i, -1)] for i in extend])
+                pairs = json.dumps([[i, fences.get(i, -1), began.get(i)] for i in extend])
                 renewed = conn.execute(Q["job_lease_extend"], {"pairs": pairs, "now": now})
                 extended = sorted(r[0] for r in renewed)
             rows = conn.execute(Q["job_held"], {"ids": json.dumps(list(fences))}).fetchall()
