@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -251,8 +252,8 @@ class Engine:
         """While consumers wait: after another process's write, every
         ``RECHECK_SECONDS``, and when a delayed job comes due, the consumers whose
         queues have a job ready or due look again."""
-        await self._watch(self._consuming, self.store.wait_for_change, RECHECK_SECONDS,
-                          self._jobs_round)  # fmt: skip
+        changed = functools.partial(self.store.wait_for_change, patient=True)
+        await self._watch(self._consuming, changed, RECHECK_SECONDS, self._jobs_round)
 
     async def _jobs_round(self, prompted: bool) -> float | None:
         """Look for the consumers whose queues have work; the time the next delayed job

@@ -293,8 +293,10 @@ class Store(Protocol):
         Never longer than ``within``; backends without notifications just sleep.
         """
 
-    async def wait_for_change(self, within: float) -> bool:
-        """Wait until another connection may have written, at most ``within`` seconds."""
+    async def wait_for_change(self, within: float, *, patient: bool = False) -> bool:
+        """Wait until another connection may have written, at most ``within`` seconds.
+        ``patient``: the caller can hear of a write tens of milliseconds late (an HTTP
+        server's blocking waits), so a backend that polls may poll less while idle."""
 
     # jobs: reads and operator actions
     async def job_get(self, job_id: int) -> Job | None: ...

@@ -46,9 +46,13 @@ async def test_an_idle_wait_checks_the_database_seldom(
 
     monkeypatch.setattr(store, "_data_version", counted)
     within = 0.5
-    assert await store.wait_for_change(within) is False
+    assert await store.wait_for_change(within, patient=True) is False
     # Every IDLE_POLL (50 ms) instead of every 5 ms: about 10 checks, not about 100.
     assert checks <= within / IDLE_POLL + 3, f"{checks} checks in {within} s of an idle wait"
+    # A worker's wait stays eager: its pickup latency is the poll's.
+    checks = 0
+    assert await store.wait_for_change(within) is False
+    assert checks > within / IDLE_POLL * 3, f"only {checks} checks in an eager wait"
 
 
 async def test_a_wait_for_a_finish_ends_with_another_connections_commit(

@@ -399,7 +399,7 @@ class PostgresStore(base.Store):
         rows = await self._fetch("job_next_due", namespace=namespace, queues=list(queues))
         return None if rows[0][0] is None else float(rows[0][0])
 
-    async def wait_for_change(self, within: float) -> bool:
+    async def wait_for_change(self, within: float, *, patient: bool = False) -> bool:
         listener = await self._listening()
         if listener is None:  # no notifications right now: the caller's timeout polls
             await asyncio.sleep(within)

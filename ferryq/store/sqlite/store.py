@@ -476,14 +476,17 @@ class SQLiteStore(base.Store):
         await self._version_moves(lambda: seen, min(poll, within))
         self._finish_version = self._data_version()
 
-    async def wait_for_change(self, within: float) -> bool:
-        """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk."""
-        return await self._version_moves(lambda: self._claim_version, within)
+    async def wait_for_change(self, within: float, *, patient: bool = False) -> bool:
+        """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk. A worker
+        waits eagerly (its pickup latency is the poll's); ``patient`` waits idle less."""
+        return await self._version_moves(lambda: self._claim_version, within, patient)
 
-    async def _version_moves(self, baseline: Callable[[], int], within: float) -> bool:
+    async def _version_moves(
+        self, baseline: Callable[[], int], within: float, patient: bool = True
+    ) -> bool:
         """Whether ``data_version`` differs from ``baseline()`` within ``within`` seconds.
-        It is checked after pauses that grow from 0.5 ms to BUSY_POLL while the database
-        is busy, and every IDLE_POLL while it is not."""
+        It is checked after pauses that grow from 0.5 ms to BUSY_POLL, and, when
+        ``patient``, every IDLE_POLL while the database is not busy."""
         deadline = time.monotonic() + within
         pause = 0.0005
         while True:
@@ -492,7 +495,7 @@ class SQLiteStore(base.Store):
             now = time.monotonic()
             if now >= deadline:
                 return False
-            quiet = now - self._changes[0] >= BUSY_FOR
+            quiet = patient and now - self._changes[0] >= BUSY_FOR
             await asyncio.sleep(min(IDLE_POLL if quiet else pause, deadline - now))
             pause = min(pause * 1.5, BUSY_POLL)
 
