@@ -85,13 +85,16 @@ class Attempt:
 
 class _Thread:
     """The thread a sync handler runs in, while it runs: ``interrupt`` raises
-    ``Interrupted`` there, never in the pool's own code before or after the handler."""
+    ``Interrupted`` there, never in the pool's own code before or after the handler.
+    It is sent once at most, so one raised as the handler ended, and caught in
+    ``_leave`` or not, leaves nothing behind for the thread's next job."""
 
-    __slots__ = ("_ident", "_lock")
+    __slots__ = ("_ident", "_lock", "_sent")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ident: int | None = None
+        self._sent = False
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         try:
@@ -114,7 +117,8 @@ class _Thread:
 
     def interrupt(self) -> None:
         with self._lock:
-            if self._ident is not None:
+            if self._ident is not None and not self._sent:
+                self._sent = True
                 _set_async_exc(self._ident, Interrupted)
 
 

@@ -138,7 +138,7 @@ class Producer:
             for job in sorted(claimed, key=_in_order):
                 self.start(self._attempt(job))
         finally:
-            turn.set_result(None)
+            _end(turn)
 
     async def run(self, burst: bool) -> None:
         delay = 0.05
