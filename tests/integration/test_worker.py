@@ -713,7 +713,8 @@ async def test_explain_a_job_waiting_in_its_lane(app: ferryq.App) -> None:
     [info] = await app.lanes_async()
     assert (info.lane, info.waiting, info.halted_by) == ("post:9", 2, first.id)
 
-    await app.set_lane_limit_async("post:*", 3, on_dead="continue")  # no longer halting; still halted
+    # No longer halting, and still halted:
+    await app.set_lane_limit_async("post:*", 3, on_dead="continue")
     assert (await second.explain_async()).reason == "lane_halted"
     assert await app.purge_async([first.id]) == 1
     await drain_async(app)

@@ -1024,6 +1024,7 @@ class _Listener:
 
     async def ready(self) -> bool:
         if self.conn is not None and not self.conn.is_closed():
+            self._faults.succeeded("LISTEN for wake-ups (polling meanwhile)")
             return True
         async with self._connecting:  # one connection, however many callers ask at once
             return await self._connect()
