@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ferryq.context import Context
 from ferryq.faults import MAX_BACKOFF, FaultLog
 from ferryq.store.base import Claimed, CycleHalfDone, Store
+from ferryq.turns import Turn, Turns
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt
 
@@ -29,20 +30,6 @@ log = logging.getLogger("ferryq.worker")
 
 def _in_order(job: Claimed) -> tuple[float, int]:
     return job.order_time, job.id
-
-
-def _after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
-    """End ``turn`` once ``previous`` has ended: a cycle that starts nothing still
-    keeps its place in the order of cycles."""
-    if previous is None or previous.done():
-        turn.set_result(None)
-    else:
-        previous.add_done_callback(lambda _: _end(turn))
-
-
-def _end(turn: asyncio.Future[None]) -> None:
-    if not turn.done():
-        turn.set_result(None)
 
 
 class Producer:
@@ -85,7 +72,7 @@ class Producer:
         # later cycle skips the rows the earlier one locked, so it holds later jobs.
         self._cycles = asyncio.Semaphore(2)
         self._reserved = 0
-        self._turn: asyncio.Future[None] | None = None  # the previous cycle's starts
+        self._starts = Turns()  # each cycle's, in the order the cycles began
         self.faults = FaultLog(log)
 
     async def cycle(self) -> int:
@@ -98,8 +85,7 @@ class Producer:
             if not finishes and not limit:
                 return 0
             self._reserved += limit
-            previous, turn = self._turn, asyncio.get_running_loop().create_future()
-            self._turn = turn
+            turn = self._starts.take()
             try:
                 report, claimed = await self.store.job_finish_and_claim(
                     finishes, self.namespace, self.queues, limit, self.worker_id, self.clock()
@@ -112,33 +98,29 @@ class Producer:
                     self.completer.written(finishes, exc.report)
                 else:
                     self.completer.restore(finishes, exc.__cause__ or exc, alone=True)
-                await self._start_in_turn(exc.claimed, previous, turn)
+                await self._start_in_turn(exc.claimed, turn)
                 raise
             except BaseException as exc:
                 self._reserved -= limit
-                _after(previous, turn)
+                turn.pass_on()
                 self.completer.restore(finishes, exc, alone=not limit)
                 raise
             self._reserved -= limit
             self.completer.written(finishes, report)
-            await self._start_in_turn(claimed, previous, turn)
+            await self._start_in_turn(claimed, turn)
             return len(claimed)
 
-    async def _start_in_turn(
-        self, claimed: list[Claimed], previous: asyncio.Future[None] | None,
-        turn: asyncio.Future[None],
-    ) -> None:  # fmt: skip
+    async def _start_in_turn(self, claimed: list[Claimed], turn: Turn) -> None:
         """Start ``claimed`` in order, once the cycle before has started its own."""
         if not claimed:
-            _after(previous, turn)
+            turn.pass_on()
             return
         try:
-            if previous is not None:
-                await asyncio.shield(previous)
+            await turn.wait()
             for job in sorted(claimed, key=_in_order):
                 self.start(self._attempt(job))
         finally:
-            _end(turn)
+            turn.end()
 
     async def run(self, burst: bool) -> None:
         delay = 0.05

@@ -15,7 +15,6 @@ import logging
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
@@ -47,6 +46,7 @@ from ferryq.store.sql import (
     split_script,
     worker_from_row,
 )
+from ferryq.turns import Turn, Turns
 
 log = logging.getLogger("ferryq.store.postgres")
 T = TypeVar("T")
@@ -105,7 +105,7 @@ class PostgresStore(base.Store):
         self._opening = asyncio.Lock()
         self._ready = False
         self._faults = FaultLog(log)
-        self._claims: asyncio.Future[None] | None = None  # the last claim asked for
+        self._claims = Turns()
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -313,59 +313,44 @@ class PostgresStore(base.Store):
         # (the turn is taken before anything is awaited): two claims at once would skip
         # each other's rows, and the later one could take, and start, the later jobs
         # first. Finishes still run beside claims.
-        previous, turn = self._claims, asyncio.get_running_loop().create_future()
-        self._claims = turn
+        turn = self._claims.take()
         try:
-            return await self._finish_and_claim(
-                finishes, namespace, queues, limit, worker, now, _Turn(previous, turn)
+            if (listener := await self._listening()) is not None:
+                listener.jobs.clear()  # anything enqueued from here on wakes us
+            if not finishes:
+                return FinishReport([], []), await self._claim(
+                    namespace, queues, limit, worker, now, turn
+                )
+            # A lane freed by one of these finishes hands its next job to this worker; the
+            # slots kept for that are claimed for in the same transaction if the lanes had
+            # less to give.
+            freeing = sum(1 for f in finishes if f.lane is not None and f.kind in _TO_HISTORY)
+            taker = Taker(namespace, queues, worker, min(limit, freeing))
+            # Two connections at once: the server finishes one batch while it claims the
+            # next. Both run to their end before any failure is raised, so none is left
+            # in flight.
+            finished, claimed = await asyncio.gather(
+                self._finish(finishes, taker, now),
+                self._claim(namespace, queues, limit - taker.budget, worker, now, turn),
+                return_exceptions=True,
             )
+            if isinstance(finished, BaseException) and isinstance(claimed, BaseException):
+                raise finished
+            if isinstance(finished, BaseException):
+                assert not isinstance(claimed, BaseException)
+                raise base.CycleHalfDone(None, claimed) from finished
+            report, taken = finished
+            if isinstance(claimed, BaseException):
+                raise base.CycleHalfDone(report, taken) from claimed
+            return report, taken + claimed
         finally:
-            _end(turn)
-
-    async def _finish_and_claim(
-        self,
-        finishes: Sequence[Finish],
-        namespace: str,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        now: float,
-        turn: _Turn,
-    ) -> tuple[FinishReport, list[Claimed]]:
-        if (listener := await self._listening()) is not None:
-            listener.jobs.clear()  # anything enqueued from here on wakes us
-        if not finishes:
-            return FinishReport([], []), await self._claim(
-                namespace, queues, limit, worker, now, turn
-            )
-        # A lane freed by one of these finishes hands its next job to this worker; the
-        # slots kept for that are claimed for in the same transaction if the lanes had
-        # less to give.
-        freeing = sum(1 for f in finishes if f.lane is not None and f.kind in _TO_HISTORY)
-        taker = Taker(namespace, queues, worker, min(limit, freeing))
-        # Two connections at once: the server finishes one batch while it claims the next.
-        # Both run to their end before any failure is raised, so none is left in flight.
-        finished, claimed = await asyncio.gather(
-            self._finish(finishes, taker, now),
-            self._claim(namespace, queues, limit - taker.budget, worker, now, turn),
-            return_exceptions=True,
-        )
-        if isinstance(finished, BaseException) and isinstance(claimed, BaseException):
-            raise finished
-        if isinstance(finished, BaseException):
-            assert not isinstance(claimed, BaseException)
-            raise base.CycleHalfDone(None, claimed) from finished
-        report, taken = finished
-        if isinstance(claimed, BaseException):
-            raise base.CycleHalfDone(report, taken) from claimed
-        return report, taken + claimed
+            turn.end()
 
     async def _claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
-        turn: _Turn,
+        turn: Turn,
     ) -> list[Claimed]:  # fmt: skip
-        if turn.previous is not None:
-            await asyncio.shield(turn.previous)
+        await turn.wait()
         try:
             # Each statement commits by itself: the promotion need not wait for the
             # claim, and two round trips fewer (BEGIN, COMMIT) is pickup latency saved.
@@ -374,7 +359,7 @@ class PostgresStore(base.Store):
                 transaction=False,
             )
         finally:
-            _end(turn.mine)
+            turn.end()
 
     async def job_leases(
         self,
@@ -995,19 +980,6 @@ async def _wait(event: asyncio.Event, within: float) -> bool:
         return True
     except TimeoutError:
         return False
-
-
-def _end(turn: asyncio.Future[None]) -> None:
-    if not turn.done():
-        turn.set_result(None)
-
-
-@dataclass(frozen=True, slots=True)
-class _Turn:
-    """A claim's place in line: it runs once ``previous`` has, and then ends ``mine``."""
-
-    previous: asyncio.Future[None] | None
-    mine: asyncio.Future[None]
 
 
 class _Listener:
