@@ -38,7 +38,10 @@ from ferryq.errors import DatabaseReadOnly, DiskFull, FerryqError, JobNotFound, 
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
+from ferryq.worker import supervisor
 
+#: Where the root command keeps the command line's arguments (``ctx.meta``).
+ARGV = "ferryq.argv"
 #: Jobs per page when an operation walks every dead job (``--all``).
 PAGE = 500
 #: A job id as both backends store it: a positive signed 64-bit integer.
@@ -79,6 +82,10 @@ class NotFoundError(CliError):
 
 class FerryqGroup(click.Group):
     """The root group: turns ferryq's own errors into one line on stderr."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[ARGV] = list(args)  # as given: ``worker --processes`` passes them on
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -176,6 +183,8 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
               help="Jobs run at once.")  # fmt: skip
 @click.option("--queues", "-q", metavar="A,B", help="Queues to consume [default: the app's].")
 @click.option("--burst", is_flag=True, help="Exit once nothing is due.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes, kept running by this one.")  # fmt: skip
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs claimed beyond free slots.")
 @click.option("--grace", type=FiniteFloat(min=0), default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
@@ -188,6 +197,7 @@ def worker(
     concurrency: int,
     queues: str | None,
     burst: bool,
+    processes: int,
     prefetch: int | None,
     grace: float,
     retention_days: float,
@@ -199,6 +209,8 @@ def worker(
     options = {"concurrency": concurrency, "queues": names, "burst": burst,
                "prefetch": prefetch, "grace": grace,
                "history_retention": retention_days * 86400}  # fmt: skip
+    if processes > 1:
+        ctx.exit(_supervise(app, options, processes, ctx.meta[ARGV]))
     sys.setswitchinterval(WORKER_SWITCH_INTERVAL)
     code = 0
     try:
@@ -234,6 +246,15 @@ async def _run_worker(app: App, options: dict[str, Any]) -> None:
         await runner.run()
     finally:
         await app.aclose()
+
+
+def _supervise(app: App, options: dict[str, Any], processes: int, argv: list[str]) -> int:
+    """Run ``processes`` workers, each a child with this command line; their status."""
+    ferryq.Worker(app, **options)  # checks the options once, here, not in every child
+    command = supervisor.worker_command(argv)
+    return supervisor.Supervisor(
+        command, processes, grace=options["grace"], burst=options["burst"]
+    ).run()
 
 
 def load_app(target: str) -> App:
