@@ -1,5 +1,5 @@
-"""The benchmarks of lanes and of history counts still run end to end: tiny sizes,
-one round, figures not judged.
+"""The benchmarks of lanes, of history counts and of worker processes still run end to
+end: tiny sizes, one round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -44,3 +44,15 @@ def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluste
     output = run_bench("history_counts", ["--rows", "3000", "--reads", "1"], pg_cluster)
     for backend in ("sqlite", "postgres"):
         assert f"{backend}: job_counts over 3,000 history rows: read whole" in output
+
+
+def test_the_processes_benchmark_runs(pg_cluster: PgCluster) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.processes", "--rounds", "1", "--jobs", "200",
+         "--work-ms", "0.5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    for line in ("--processes 1: ", "--processes 2: ", "ratio: "):
+        assert line in done.stdout, done.stdout
