@@ -113,7 +113,8 @@ class Supervisor:
         slot.proc = subprocess.Popen(
             self.command, stdin=subprocess.DEVNULL, process_group=0, preexec_fn=self._before_exec
         )
-        log.info("worker process %s: pid %d", self._name(slot), slot.proc.pid)
+        log.info("worker process %s: pid %d", self._name(slot), slot.proc.pid,
+                 extra=self._fields(slot, slot.proc.pid))  # fmt: skip
 
     def _tend(self, now: float) -> None:
         for slot in self.slots:
@@ -127,8 +128,8 @@ class Supervisor:
             for slot in self.slots:
                 if slot.proc is not None:
                     log.error("worker process %s (pid %d) still running %.0f s after the stop:"
-                              " killing it", self._name(slot), slot.proc.pid,
-                              self._stop_bound())  # fmt: skip
+                              " killing it", self._name(slot), slot.proc.pid, self._stop_bound(),
+                              extra=self._fields(slot, slot.proc.pid))  # fmt: skip
                     slot.proc.kill()
 
     def _ended(self, slot: _Slot, returncode: int, now: float) -> None:
@@ -144,7 +145,8 @@ class Supervisor:
             slot.done, slot.status = True, status
             if status != 0:
                 log.warning("worker process %s (pid %d) %s", self._name(slot), pid,
-                            _describe(returncode))  # fmt: skip
+                            _describe(returncode),
+                            extra=self._fields(slot, pid, status=status))  # fmt: skip
             return
         policy = self.policy
         if lived >= policy.stable_after:
@@ -153,18 +155,26 @@ class Supervisor:
         if slot.quick_deaths >= policy.crash_limit:
             log.error("worker process %s (pid %d) %s %.1f s after its start, %d times in a"
                       " row now: giving up", self._name(slot), pid, _describe(returncode), lived,
-                      slot.quick_deaths)  # fmt: skip
+                      slot.quick_deaths, extra=self._fields(slot, pid, status=status,
+                                                            ran=round(lived, 3)))  # fmt: skip
             slot.done, slot.status = True, status
             self._gave_up = status or 1
             self._stop()
             return
         log.warning("worker process %s (pid %d) %s after %.1f s; starting it again in %.1f s",
-                    self._name(slot), pid, _describe(returncode), lived, slot.delay)  # fmt: skip
+                    self._name(slot), pid, _describe(returncode), lived, slot.delay,
+                    extra=self._fields(slot, pid, status=status, ran=round(lived, 3),
+                                       restart_in=slot.delay))  # fmt: skip
         slot.restart_at = now + slot.delay
         slot.delay = min(slot.delay * 2, policy.max_delay)
 
     def _name(self, slot: _Slot) -> str:
         return f"{slot.number}/{len(self.slots)}"
+
+    def _fields(self, slot: _Slot, pid: int, **more: object) -> dict[str, object]:
+        """A record's structured fields (``ferryq.logs``: the JSON log format shows them)."""
+        return {"fields": {"process": slot.number, "processes": len(self.slots), "pid": pid,
+                           **more}}  # fmt: skip
 
     # -- stopping ----------------------------------------------------------------
 
