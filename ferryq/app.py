@@ -28,13 +28,14 @@ from ferryq.errors import (
     SerializationError,
 )
 from ferryq.handle import JobHandle
+from ferryq.hooks import Enqueue, Hooks
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
 from ferryq.store.base import JobFilter, LaneInfo, NewJob
-from ferryq.task import Task
+from ferryq.task import ExceptionTypes, Failures, Task
 
 if TYPE_CHECKING:
     from ferryq.insights import Explanation
@@ -95,6 +96,12 @@ class App:
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None]] = {}
         self._store_lock = threading.Lock()
         self._portal: Portal | None = None
+        #: Your code around every enqueue and every attempt: see ``ferryq.hooks``.
+        self.hooks = Hooks()
+
+    def use(self, middleware: object) -> None:
+        """Register the hook methods of ``middleware`` (``app.hooks.use``)."""
+        self.hooks.use(middleware)
 
     def __repr__(self) -> str:
         return f"<ferryq.App {self.url} namespace={self.namespace} tasks={len(self.tasks)}>"
@@ -120,6 +127,9 @@ class App:
         ttr: float | None = None,
         ttl: float | None = None,
         priority: float | None = None,
+        timeout: float | None = None,
+        retry_on: ExceptionTypes | None = None,
+        fail_on: ExceptionTypes | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -128,13 +138,19 @@ class App:
         /,
         *,
         name: str | None = None,
+        retry_on: ExceptionTypes | None = None,
+        fail_on: ExceptionTypes | None = None,
         **options: Any,
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_tries=5)``.
 
         A handler that takes a ``ferryq.Context`` gets it from the worker; put it first
-        so that type checkers see the enqueue signature without it.
+        so that type checkers see the enqueue signature without it. ``timeout`` limits
+        each attempt's run time (seconds). ``retry_on`` and ``fail_on`` choose which
+        exceptions retry: one of ``fail_on``, or (when ``retry_on`` is given) one not
+        of ``retry_on``, makes the job dead at once.
         """
+        errors = Failures.of(retry_on, fail_on)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             qualname = getattr(func, "__qualname__", None)
@@ -143,7 +159,7 @@ class App:
             task_name = name or f"{func.__module__}.{qualname}"
             if task_name in self.tasks:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
-            task = Task(self, func, task_name, DEFAULT_TASK_OPTIONS.merged(**options))
+            task = Task(self, func, task_name, DEFAULT_TASK_OPTIONS.merged(**options), errors)
             self.tasks[task_name] = task
             return task
 
@@ -163,6 +179,7 @@ class App:
         ttr: float | None = None,
         ttl: float | None = None,
         priority: float | None = None,
+        timeout: float | None = None,
     ) -> TaskDecorator:
         """Run a task on a schedule: ``@app.periodic(cron="*/5 * * * *")`` (UTC, or
         the wall clock of ``timezone``, such as ``"Europe/Paris"``) or
@@ -176,7 +193,7 @@ class App:
         schedule = Schedule.of(cron=cron, every=every, timezone=timezone)
         check_catch_up(catch_up)  # now, before any task is registered
         register_task = self.task(name=name, queue=queue, max_tries=max_tries, retry=retry,
-                                  ttr=ttr, ttl=ttl, priority=priority)  # fmt: skip
+                                  ttr=ttr, ttl=ttl, priority=priority, timeout=timeout)  # fmt: skip
 
         def register(fn: Callable[..., Any]) -> Task[Any, Any]:
             task = fn if isinstance(fn, Task) else register_task(fn)
@@ -292,6 +309,25 @@ class App:
         job = self._new_job(task, encoded_args, options, payload_limit)
         if not encoded_args:
             return []
+        if not self.hooks.around_enqueue:
+            return await self._insert(job, encoded_args, connection)
+        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
+        await self.hooks.call(self.hooks.before_enqueue_hooks, call)
+        try:
+            job.meta = self._hooked_meta(call)
+            handles = await self._insert(job, encoded_args, connection)
+        except BaseException as exc:
+            call.exception = exc
+            raise
+        else:
+            call.ids = [handle.id for handle in handles]
+            return handles
+        finally:
+            await self.hooks.call(self.hooks.after_enqueue_hooks, call)
+
+    async def _insert(
+        self, job: NewJob, encoded_args: Sequence[str], connection: object | None
+    ) -> list[JobHandle]:
         if connection is not None:
             inserted = await insert_on_connection_async(connection, job, encoded_args)
         else:
@@ -300,12 +336,33 @@ class App:
         metrics.ENQUEUED.inc(created, job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
+    def _hooked_meta(self, call: Enqueue) -> str:
+        """The jobs' meta as the enqueue hooks left it, checked as the options were."""
+        meta = _json.dumps_document(call.meta, "meta")
+        self._check_size("meta", meta)
+        return meta
+
     def enqueue_raw_on(
         self, connection: object, task: str, encoded_args: Sequence[str], options: JobOptions
     ) -> list[JobHandle]:
         """The sync twin of ``enqueue_raw`` on a sync psycopg 3 connection."""
         job = self._new_job(task, encoded_args, options)
-        inserted = insert_on_connection(connection, job, encoded_args) if encoded_args else []
+        if not encoded_args:
+            return []
+        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
+        if self.hooks.around_enqueue:  # on the portal, in this thread's context
+            self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
+        try:
+            job.meta = self._hooked_meta(call) if self.hooks.around_enqueue else job.meta
+            inserted = insert_on_connection(connection, job, encoded_args)
+        except BaseException as exc:
+            call.exception = exc
+            raise
+        else:
+            call.ids = [row.id for row in inserted]
+        finally:
+            if self.hooks.around_enqueue:
+                self.portal_call(self.hooks.call(self.hooks.after_enqueue_hooks, call))
         metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
@@ -359,6 +416,7 @@ class App:
             stage=options.stage,
             context=_json.dumps(options.context, "context"),
             meta=_json.dumps_document(options.meta, "meta"),
+            timeout=options.timeout,
         )
         self._check_size("context", job.context)
         self._check_size("meta", job.meta)

@@ -153,6 +153,10 @@ class Job:
     lease_until: float | None = None
     worker: str | None = None
     cancel_requested: bool = False
+    timeout: float | None = None  # each attempt's time limit in seconds (None: none)
+    #: What the running attempt last reported through ``ctx.progress``: ``done``,
+    #: ``total``, ``note`` and ``at`` (None until it reports; a claim clears it).
+    progress: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

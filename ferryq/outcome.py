@@ -35,3 +35,8 @@ class Next:
     def __post_init__(self) -> None:
         policy.check_text("stage", self.stage)
         policy.check_number("delay", self.delay, minimum=0.0, maximum=policy.MAX_SECONDS)
+
+
+class TimedOut(Exception):
+    """An attempt ran past its ``timeout`` and was stopped: it fails, and retries per
+    the task's policy. The worker makes it; a handler need not raise it."""

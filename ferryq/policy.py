@@ -34,6 +34,7 @@ class JobOptions:
     priority: float | None = None
     ttl: float | None = None
     ttr: float | None = None
+    timeout: float | None = None
     max_tries: int | None = None
     retry: Backoff | None = None
     unique_key: str | None = None
@@ -67,6 +68,7 @@ class JobOptions:
         check_number("priority", self.priority, minimum=-YEAR, maximum=YEAR)
         check_number("ttl", self.ttl, minimum=0.0, exclusive=True, maximum=MAX_SECONDS)
         check_number("ttr", self.ttr, minimum=0.0, exclusive=True, maximum=MAX_SECONDS)
+        check_number("timeout", self.timeout, minimum=0.0, exclusive=True, maximum=MAX_SECONDS)
         check_number(
             "unique_for", self.unique_for, minimum=0.0, exclusive=True, maximum=MAX_SECONDS
         )

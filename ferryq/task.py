@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from ferryq import _json
@@ -18,15 +19,55 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: One exception class or a tuple of them, as ``retry_on`` and ``fail_on`` take.
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """Which exceptions of a task's handler retry (SPEC §19): one of ``fail_on``, or
+    one not of ``retry_on`` when that is given, makes the job dead at once."""
+
+    retry_on: tuple[type[BaseException], ...] | None = None
+    fail_on: tuple[type[BaseException], ...] = ()
+
+    @classmethod
+    def of(cls, retry_on: ExceptionTypes | None, fail_on: ExceptionTypes | None) -> Failures:
+        return cls(
+            None if retry_on is None else _exception_types("retry_on", retry_on),
+            () if fail_on is None else _exception_types("fail_on", fail_on),
+        )
+
+    def permanent(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the handler, ends the job without retrying."""
+        if isinstance(exc, self.fail_on):
+            return True
+        return self.retry_on is not None and not isinstance(exc, self.retry_on)
+
+
+def _exception_types(option: str, value: object) -> tuple[type[BaseException], ...]:
+    types = value if isinstance(value, tuple) else (value,)
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise ValueError(f"{option} must be an exception class or a tuple of them (got {value!r})")
+    return types
+
 
 class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function inline, with no queue."""
 
-    def __init__(self, app: App, fn: Callable[P, R], name: str, defaults: JobOptions) -> None:
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        name: str,
+        defaults: JobOptions,
+        failures: Failures = Failures(),
+    ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.defaults = defaults
+        self.failures = failures
         # An object whose __call__ is async is awaited too.
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__

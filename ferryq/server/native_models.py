@@ -86,6 +86,10 @@ class JobOptionsIn(_Strict):
     )  # fmt: skip
     ttl: PositiveSeconds | None = None
     ttr: PositiveSeconds | None = Field(None, description="Lease seconds; default 60.")
+    timeout: PositiveSeconds | None = Field(
+        None, description="Time limit of each attempt in seconds, apart from the lease; "
+        "default none. An attempt past it fails as timed out and retries per policy.",
+    )  # fmt: skip
     max_tries: Tries | None = Field(None, description="Default 3.")
     retry: float | None = Field(
         None, ge=-YEAR, le=YEAR, allow_inf_nan=False,
@@ -203,6 +207,10 @@ class JobOut(BaseModel):
     lease_until: float | None
     worker: str | None
     cancel_requested: bool
+    timeout: float | None
+    progress: dict[str, Any] | None = Field(
+        description="What the running attempt last reported: done, total, note, at."
+    )
 
 
 class JobPageOut(BaseModel):

@@ -41,6 +41,7 @@ class NewJob:
     stage: str | None = None
     context: str = "null"
     meta: str = "{}"
+    timeout: float | None = None
 
 
 @dataclass(slots=True)
@@ -72,6 +73,8 @@ class Claimed:
     created_at: float
     expires_at: float | None
     lane: str | None
+    timeout: float | None = None  # the attempt's time limit, apart from the lease
+    meta: str = "{}"  # JSON: metadata set at enqueue, the trace context among it
 
 
 FinishKind = Literal["succeeded", "dead", "cancelled", "retry", "next", "returned"]
@@ -279,11 +282,13 @@ class Store(Protocol):
         extend: Sequence[int],
         now: float,
         started: Mapping[int, float] | None = None,
+        progress: Mapping[int, str] | None = None,
     ) -> Leases:
         """Renew the leases named in ``extend``; of all ``held`` (id, fence), report the
         ones lost and the ones whose cancellation was requested. ``started`` gives, for
         some of ``extend``, the time their handler began: their ``started_at``, which
-        the claim set to the claim's time."""
+        the claim set to the claim's time. ``progress`` gives, for some of ``extend``,
+        what their attempt last reported (JSON text) to store with the lease."""
 
     async def job_next_due(self, namespace: str, queues: Sequence[str]) -> float | None: ...
 

@@ -22,12 +22,13 @@ JOB_COLUMNS = (
     "order_time", "expires_at", "ttr", "max_tries", "retry", "unique_key", "stage", "context",
     "attempts", "fence", "result", "error", "errors", "stages", "meta", "created_at",
     "claimed_at", "started_at", "finished_at", "lease_until", "worker", "cancel_requested",
+    "timeout", "progress",
 )  # fmt: skip
 
 CLAIM_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "attempts", "max_tries", "fence", "ttr",
     "retry", "priority", "run_at", "order_time", "lease_until", "stage", "context",
-    "created_at", "expires_at", "lane",
+    "created_at", "expires_at", "lane", "timeout", "meta",
 )  # fmt: skip
 
 # In the order of the fields of base.Token, so a row is Token(*row).
@@ -42,7 +43,9 @@ PERIODIC_COLUMNS = (
     "last_job", "next_tick", "updated_at",
 )  # fmt: skip
 
-_JSON_COLUMNS = ("args", "retry", "context", "result", "error", "errors", "stages", "meta")
+_JSON_COLUMNS = (
+    "args", "retry", "context", "result", "error", "errors", "stages", "meta", "progress",
+)  # fmt: skip
 
 
 def select_list(overrides: Mapping[str, str], prefix: str = "j.") -> str:

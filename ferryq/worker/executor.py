@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import enum
 import json
@@ -16,7 +17,8 @@ from typing import Any
 from ferryq import _json, policy
 from ferryq.context import Context
 from ferryq.errors import SerializationError
-from ferryq.outcome import Fail, Next, Retry
+from ferryq.hooks import Hooks, Outcome
+from ferryq.outcome import Fail, Next, Retry, TimedOut
 from ferryq.store.base import Claimed, Finish
 from ferryq.task import Task
 
@@ -25,6 +27,7 @@ class Stop(enum.Enum):
     """Why the worker interrupted an attempt."""
 
     CANCEL = "cancelled by request"
+    TIMEOUT = "time limit passed"
     SHUTDOWN = "worker shutting down"
     LEASE = "lease lost (recovered elsewhere, or not renewed in time)"
 
@@ -51,29 +54,29 @@ class Attempt:
     job: Claimed
     task: Task[Any, Any] | None
     lease_until: float
-    ctx: Context | None = None
+    ctx: Context
     started_at: float | None = None
+    deadline: float | None = None  # when its time limit passes, once started
     stop: Stop | None = None
     runner: asyncio.Task[None] | None = field(default=None, repr=False)
     thread: _Thread | None = field(default=None, repr=False)  # a sync handler's, running
     successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
     start_written: bool = False  # its started_at, past the claim's, is in the database
+    handler_done: bool = False  # the handler has ended: nothing left to interrupt
 
     def interrupt(self, reason: Stop) -> None:
         """Stop the handler: an async one is cancelled; a sync one has ``Interrupted``
         raised in its thread, which takes effect at its next Python instruction (a
-        call blocked in C returns first), except for a cancel, which a sync handler
-        sees as ``ctx.cancelled`` (SPEC §9). The runner of a sync attempt is never
-        cancelled: it ends when the thread does, so a slot is free only once the
-        handler has really stopped."""
+        call blocked in C returns first). Either sees ``ctx.cancelled`` become true
+        (SPEC §9). The runner of a sync attempt is never cancelled: it ends when the
+        thread does, so a slot is free only once the handler has really stopped."""
         if self.stop is None or self.stop is Stop.CANCEL:
             self.stop = reason
-        if self.ctx is not None:
-            self.ctx._cancel()
-        if self.runner is None:
+        self.ctx._cancel()
+        if self.runner is None or self.handler_done:
             return
         if self.task is not None and not self.task.is_async:
-            if reason is not Stop.CANCEL and self.thread is not None:
+            if self.thread is not None:
                 self.thread.interrupt()
         else:
             self.runner.cancel()
@@ -135,11 +138,40 @@ def _clear_async_exc(ident: int) -> None:
 
 
 async def run(
-    attempt: Attempt, threads: Executor | None, clock: Callable[[], float], worker: str
-) -> Finish:
-    """Run the handler; every outcome, even a crash of the handler, becomes a Finish."""
+    attempt: Attempt,
+    threads: Executor | None,
+    clock: Callable[[], float],
+    worker: str,
+    hooks: Hooks | None = None,
+) -> tuple[Finish, Outcome]:
+    """Run the handler between the attempt hooks; every outcome, even a crash of the
+    handler, becomes a Finish (to write) and an Outcome (to tell)."""
+    finish, exc, value = await _ended(attempt, threads, clock, worker, hooks)
+    attempt.handler_done = True
+    started = attempt.started_at
+    outcome = Outcome(
+        finish.kind, 0.0 if started is None else max(finish.finished_at - started, 0.0), exc,
+        finish.run_at if finish.kind == "retry" else None,
+        value if finish.kind == "succeeded" else None,
+    )  # fmt: skip
+    if hooks is not None and hooks.after_attempt_hooks:
+        await hooks.call(hooks.after_attempt_hooks, attempt.ctx, outcome)
+    return finish, outcome
+
+
+async def _ended(
+    attempt: Attempt,
+    threads: Executor | None,
+    clock: Callable[[], float],
+    worker: str,
+    hooks: Hooks | None,
+) -> tuple[Finish, BaseException | None, Any]:
+    """The attempt's Finish, the exception that ended it (if one did) and the value
+    its handler returned."""
     job, started = attempt.job, attempt.started_at
     try:
+        if hooks is not None and hooks.before_attempt_hooks:
+            await hooks.call(hooks.before_attempt_hooks, attempt.ctx)
         value = await _call(attempt, threads)
     except Interrupted:
         return _interrupted(attempt, clock(), worker)
@@ -149,25 +181,32 @@ async def run(
             return _interrupted(attempt, clock(), worker)
         # Raised by the handler itself (a sync handler's cancelled future arrives as
         # one too): a failed attempt, not a stop of ours that would give the try back.
-        return failure(job, exc, clock(), worker, started_at=started)
+        return _failed(attempt, exc, clock(), worker), exc, None
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this attempt failed
-        now = clock()
-        if attempt.stop is Stop.CANCEL:
-            return Finish("cancelled", job.id, job.fence, now, started)
-        if isinstance(exc, Fail):
-            return failure(job, exc, now, worker, permanent=True, started_at=started)
-        after = getattr(exc, "after", None) if isinstance(exc, Retry) else None
-        return failure(job, exc, now, worker, retry_after=after, started_at=started)
+        if attempt.stop is not None:  # stopped, and the handler raised something else
+            return _interrupted(attempt, clock(), worker)
+        return _failed(attempt, exc, clock(), worker), exc, None
     now = clock()
-    if attempt.stop is Stop.CANCEL:  # cancelled while running: the outcome is dropped
-        return Finish("cancelled", job.id, job.fence, now, started)
+    if attempt.stop is Stop.CANCEL or attempt.stop is Stop.TIMEOUT:
+        # Stopped, yet the handler returned: its late result is dropped.
+        return _interrupted(attempt, now, worker)
     if isinstance(value, Next):
-        return _next_stage(attempt, value, now, worker)
+        return _next_stage(attempt, value, now, worker), None, value
     try:
         result = "null" if value is None else _json.dumps(value, f"result of {job.task}")
     except SerializationError as exc:
-        return failure(job, exc, now, worker, permanent=True, started_at=started)
-    return Finish("succeeded", job.id, job.fence, now, started, result)
+        return failure(job, exc, now, worker, permanent=True, started_at=started), exc, value
+    return Finish("succeeded", job.id, job.fence, now, started, result), None, value
+
+
+def _failed(attempt: Attempt, exc: BaseException, now: float, worker: str) -> Finish:
+    """The handler raised ``exc``: retried unless it says otherwise (``Fail``,
+    ``Retry``) or the task's ``fail_on``/``retry_on`` make it final."""
+    job, task = attempt.job, attempt.task
+    if isinstance(exc, Retry):
+        return failure(job, exc, now, worker, retry_after=exc.after, started_at=attempt.started_at)
+    permanent = isinstance(exc, Fail) or (task is not None and task.failures.permanent(exc))
+    return failure(job, exc, now, worker, permanent=permanent, started_at=attempt.started_at)
 
 
 async def _call(attempt: Attempt, threads: Executor | None) -> Any:
@@ -188,23 +227,31 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
     if task.is_async:
         return await task.fn(*args, **kwargs)
     thread = attempt.thread = _Thread()
+    # In the context the hooks left (a trace span, say), as an async handler is.
+    context = contextvars.copy_context()
     try:
         return await asyncio.get_running_loop().run_in_executor(
-            threads, thread.call, task.fn, args, kwargs
+            threads, context.run, thread.call, task.fn, args, kwargs
         )
     finally:
         attempt.thread = None
 
 
-def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:
+def _interrupted(
+    attempt: Attempt, now: float, worker: str
+) -> tuple[Finish, BaseException | None, Any]:
     job = attempt.job
     if attempt.stop is Stop.CANCEL:
-        return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
+        return Finish("cancelled", job.id, job.fence, now, attempt.started_at), None, None
+    if attempt.stop is Stop.TIMEOUT:
+        timed_out = TimedOut(f"timed out: the attempt ran past its time limit of "
+                             f"{job.timeout:g} s and was stopped")  # fmt: skip
+        return _failed(attempt, timed_out, now, worker), timed_out, None
     if attempt.stop is Stop.LEASE:
         exc = LeaseExpired(f"the worker lost the lease (ttr {job.ttr:g} s) while the handler ran")
-        return failure(job, exc, now, worker, started_at=attempt.started_at)
+        return failure(job, exc, now, worker, started_at=attempt.started_at), exc, None
     # Shutdown (or a cancel from outside ferryq): hand the job back without charging it.
-    return Finish("returned", job.id, job.fence, now)
+    return Finish("returned", job.id, job.fence, now), None, None
 
 
 def _next_stage(attempt: Attempt, step: Next, now: float, worker: str) -> Finish:

@@ -158,14 +158,16 @@ class Producer:
 
     def _attempt(self, job: Claimed) -> Attempt:
         task = self.tasks.get(job.task)
-        attempt = Attempt(job, task, job.lease_until)
-        if task is not None and (task.context_param is not None or not task.is_async):
-            attempt.ctx = Context(
-                job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempts,
-                fence=job.fence, stage=job.stage, context=json.loads(job.context),
-                request_heartbeat=self.request_heartbeat,
-            )  # fmt: skip
-        return attempt
+        # Every attempt has its Context: hooks, the attempt's log line, cancellation
+        # and progress use it, whether or not the handler takes it.
+        ctx = Context(
+            job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempts,
+            fence=job.fence, stage=job.stage,
+            context=None if job.context == "null" else json.loads(job.context),
+            request_heartbeat=self.request_heartbeat, lane=job.lane, max_tries=job.max_tries,
+            timeout=job.timeout, meta=job.meta,
+        )  # fmt: skip
+        return Attempt(job, task, job.lease_until, ctx)
 
     async def _wait(self, within: float, *, watch_db: bool) -> None:
         """Until a slot frees, stop, ``within`` seconds, or (``watch_db``) a write."""

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 from ferryq import metrics
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
+from ferryq.hooks import Outcome
 from ferryq.policy import JobOptions
-from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
+from ferryq.store.base import Finish, FinishKind, FinishReport, Leases, Store, WorkerInfo
 from ferryq.worker import executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Stop
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ferryq.app import App
 
 log = logging.getLogger("ferryq.worker")
+#: One line per attempt outcome: its own logger, so that it can be turned down alone.
+attempts_log = logging.getLogger("ferryq.attempts")
 
 # A stop waits up to the grace period for running jobs, then up to the grace period
 # again, and at least this many seconds, for their outcomes to be written.
@@ -103,6 +106,7 @@ class Worker:
         # Ended attempts whose outcome is not written yet: their leases are renewed too.
         self._unwritten: dict[tuple[int, int], Attempt] = {}
         self._watch_now = asyncio.Event()
+        self._hooks = app.hooks if app.hooks.around_attempts else None
         self._faults = FaultLog(log)
         self._running = 0
         self.stale_completions = 0
@@ -283,6 +287,8 @@ class Worker:
             return
         self._running += 1
         attempt.started_at = self.app.clock()
+        if job.timeout is not None:
+            attempt.deadline = attempt.started_at + job.timeout
         metrics.START_DELAY_SECONDS.observe(
             max(attempt.started_at - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
         )
@@ -291,8 +297,11 @@ class Worker:
 
     async def _run_attempt(self, attempt: Attempt) -> None:
         clock = self.app.clock
+        outcome: Outcome | None = None
         try:
-            finish = await executor.run(attempt, self._threads, clock, self.id)
+            finish, outcome = await executor.run(
+                attempt, self._threads, clock, self.id, self._hooks
+            )
         except asyncio.CancelledError:
             # run() handles the cancellation of the handler itself; a cancel that
             # lands after it returned must not lose the job.
@@ -301,6 +310,8 @@ class Worker:
             log.exception("running job %d failed outside its handler", attempt.job.id)
             finish = executor.failure(attempt.job, exc, clock(), self.id,
                                       started_at=attempt.started_at)  # fmt: skip
+        if outcome is not None and attempts_log.isEnabledFor(LEVELS[outcome.kind]):
+            _log_attempt(attempt, outcome, self.id)
         finish.finished_at = clock()
         if attempt.started_at is not None:
             metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
@@ -406,15 +417,32 @@ class Worker:
             job_id: a.started_at for job_id, a in self.active.items()
             if a.started_at is not None and not a.start_written and a.running
         }  # fmt: skip
+        # What attempts reported through ctx.progress since the last renewal.
+        progress = {
+            job_id: report for job_id, a in self.active.items()
+            if (report := a.ctx._take_progress()) is not None
+        }  # fmt: skip
         extend = [
             job_id for job_id, a in holding.items()
             if a.lease_until - now < a.job.ttr * 2 / 3
-            or (a.ctx is not None and a.ctx._take_heartbeat()) or job_id in started
+            or a.ctx._take_heartbeat() or job_id in started or job_id in progress
         ]  # fmt: skip
         held = [(i, a.job.fence) for i, a in holding.items()]
         if not held:
             return
-        leases = await store.job_leases(held, extend, now, started)
+        try:
+            leases = await store.job_leases(held, extend, now, started, progress)
+        except BaseException:
+            for job_id, report in progress.items():  # kept for the next renewal
+                if (attempt := self.active.get(job_id)) is not None:
+                    attempt.ctx._keep_progress(report)
+            raise
+        self._renewed(leases, holding, started, now)
+
+    def _renewed(
+        self, leases: Leases, holding: dict[int, Attempt], started: dict[int, float], now: float
+    ) -> None:
+        """Act on what a renewal found: leases extended, lost, cancels requested."""
         for job_id in leases.extended:
             if (attempt := holding.get(job_id)) is not None:
                 attempt.lease_until = now + attempt.job.ttr
@@ -447,11 +475,17 @@ class Worker:
                     await self._watch_now.wait()
 
     def _check_leases(self, now: float) -> float:
-        """Act on the leases as of ``now``; return the seconds until the next check."""
+        """Act on the leases and time limits as of ``now``; return the seconds until
+        the next check."""
         wake = 1.0
         for attempt in list(self.active.values()):
             if not attempt.running:
                 continue
+            if attempt.deadline is not None and attempt.stop is None:
+                if now >= attempt.deadline:
+                    self._time_out(attempt)
+                else:
+                    wake = min(wake, attempt.deadline - now)
             margin = lease_margin(attempt.job.ttr)
             stop_at = attempt.lease_until - margin
             if now < stop_at:
@@ -467,6 +501,13 @@ class Worker:
                 self._abandon(attempt)
             wake = min(wake, give_up_at - now)
         return wake
+
+    def _time_out(self, attempt: Attempt) -> None:
+        job = attempt.job
+        log.warning("job %d (%s) ran past its time limit of %g s: stopping it", job.id, job.task,
+                    job.timeout, extra={"fields": {"job_id": job.id, "task": job.task,
+                                                   "timeout": job.timeout}})  # fmt: skip
+        attempt.interrupt(Stop.TIMEOUT)
 
     def _abandon(self, attempt: Attempt) -> None:
         log.critical(
@@ -499,6 +540,38 @@ class Worker:
             os._exit(1)
         log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace)
         self.stop()
+
+
+#: The level of an attempt's line, by outcome.
+LEVELS: dict[str, int] = {
+    "succeeded": logging.INFO, "next": logging.INFO, "cancelled": logging.INFO,
+    "returned": logging.INFO, "retry": logging.WARNING, "dead": logging.ERROR,
+}  # fmt: skip
+
+
+def _log_attempt(attempt: Attempt, outcome: Outcome, worker: str) -> None:
+    """One line per attempt outcome (docs/operations.md, Logs)."""
+    job, kind = attempt.job, outcome.kind
+    said = "timed out" if outcome.timed_out else _SAID.get(kind, kind)
+    text = f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} {said} in " \
+           f"{outcome.duration:.3f} s"  # fmt: skip
+    if outcome.retry_at is not None:
+        ended = (attempt.started_at or 0.0) + outcome.duration
+        text += f", retry in {max(outcome.retry_at - ended, 0.0):.1f} s"
+    error = outcome.error
+    if error is not None:
+        text += f": {error}"
+    fields = {
+        "job_id": job.id, "task": job.task, "queue": job.queue, "lane": job.lane,
+        "attempt": job.attempts, "max_tries": job.max_tries, "outcome": kind,
+        "timed_out": outcome.timed_out, "duration": round(outcome.duration, 6), "error": error,
+        "retry_at": outcome.retry_at, "stage": job.stage, "fence": job.fence, "worker": worker,
+    }  # fmt: skip
+    attempts_log.log(LEVELS[kind], text, extra={"fields": fields})
+
+
+_SAID = {"succeeded": "succeeded", "retry": "failed", "dead": "failed for good",
+         "next": "finished its stage", "returned": "returned unfinished"}  # fmt: skip
 
 
 def _task_queues(app: App) -> list[str]:

@@ -20,6 +20,7 @@ from ferryq.job import State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
 from ferryq.store.base import Claimed
 from ferryq.store.postgres.queries import Q, Statement
+from ferryq.store.sql import CLAIM_COLUMNS
 
 Run = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
 Key = tuple[str, str]  # (namespace, lane)
@@ -99,10 +100,14 @@ async def settle(
     taken = [Claimed(*row[1:]) for row in rows if row[0] == "take"]
     if taker:
         taker.budget -= len(taken)
-    rest = {(row[2], row[-1]) for row in rows if row[0] == "rest"}
+    rest = {(row[_NAMESPACE], row[_LANE]) for row in rows if row[0] == "rest"}
     if rest:
         await _settle_by_plan(run, rest, now)
     return taken
+
+
+# Where a settle row (a tag, then the claim columns) holds a lane's namespace and name.
+_NAMESPACE, _LANE = 1 + CLAIM_COLUMNS.index("namespace"), 1 + CLAIM_COLUMNS.index("lane")
 
 
 async def _halt(run: Run, dead: Mapping[Key, list[int]], now: float) -> None:

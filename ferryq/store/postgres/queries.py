@@ -59,6 +59,7 @@ _CLAIM_TYPES = {
     "id": "bigint", "attempts": "integer", "max_tries": "integer", "fence": "bigint",
     "ttr": "float8", "priority": "float8", "run_at": "float8", "order_time": "float8",
     "lease_until": "float8", "created_at": "float8", "expires_at": "float8",
+    "timeout": "float8", "meta": "jsonb",
 }  # fmt: skip
 # A claim row whose only values are the namespace (n) and lane (l) of a lane.
 _CLAIM_NULLS_BUT_LANE = ", ".join(

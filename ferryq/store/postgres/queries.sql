@@ -14,11 +14,11 @@ WITH locked AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
         order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
-        created_at)
+        created_at, timeout)
     SELECT :namespace, :queue, :task, a.args, :state, :lane, :priority::float8,
         :run_at::float8, :order_time::float8, :expires_at::float8, :ttr::float8,
         :max_tries, :retry, :unique_key, :stage, :context, :meta::jsonb,
-        :created_at::float8
+        :created_at::float8, :timeout::float8
     FROM unnest(:args::text[]) WITH ORDINALITY AS a(args, n)
     WHERE :lane::text IS NULL OR EXISTS (SELECT FROM locked)
     ORDER BY a.n
@@ -63,7 +63,7 @@ WHERE id = ANY(ARRAY(
 -- with the picked rows could plan as a scan of the whole table.
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + j.ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -76,7 +76,7 @@ RETURNING {claim_columns};
 -- name: job_claim_queues
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + j.ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
@@ -151,9 +151,12 @@ WHERE id = :id AND fence = :fence AND state = 'running'
 RETURNING id;
 
 -- name: job_lease_extend
--- A started time (else null) is when the attempt's handler really began, after the claim.
-UPDATE ferryq_jobs j SET lease_until = :now + j.ttr, started_at = coalesce(f.started, j.started_at)
-FROM unnest(:ids::bigint[], :fences::bigint[], :started::float8[]) AS f(id, fence, started)
+-- A started time (else null) is when the attempt's handler really began, after the claim;
+-- a progress (else null) is what the attempt last reported, as JSON text.
+UPDATE ferryq_jobs j SET lease_until = :now + j.ttr, started_at = coalesce(f.started, j.started_at),
+    progress = coalesce(f.progress, j.progress)
+FROM unnest(:ids::bigint[], :fences::bigint[], :started::float8[], :progress::text[])
+    AS f(id, fence, started, progress)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
 RETURNING j.id;
 
@@ -542,7 +545,7 @@ ORDER BY halted_at;
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs j
 SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, ttr = :ttr::float8,
+    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr::float8,
     lease_until = :now::float8 + :ttr::float8, worker = :worker
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs

@@ -367,14 +367,16 @@ class PostgresStore(base.Store):
         extend: Sequence[int],
         now: float,
         started: Mapping[int, float] | None = None,
+        progress: Mapping[int, str] | None = None,
     ) -> Leases:
-        fences, began = dict(held), started or {}
+        fences, began, done = dict(held), started or {}, progress or {}
         extended: list[int] = []
         if extend:
             rows = await self._fetch(
                 "job_lease_extend", ids=list(extend),
                 fences=[fences.get(i, -1) for i in extend],
-                started=[began.get(i) for i in extend], now=now,
+                started=[began.get(i) for i in extend],
+                progress=[done.get(i) for i in extend], now=now,
             )  # fmt: skip
             extended = sorted(r[0] for r in rows)
         rows = await self._fetch("job_held", ids=list(fences))

@@ -6,10 +6,10 @@
 -- Inside the write lock the AUTOINCREMENT ids come out consecutive, in array order.
 INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, run_at,
     order_time, expires_at, ttr, max_tries, retry, unique_key, stage, context, meta,
-    created_at)
+    created_at, timeout)
 SELECT :namespace, :queue, :task, a.value, :state, :lane, :priority, :run_at,
     :order_time, :expires_at, :ttr, :max_tries, :retry, :unique_key, :stage, :context, :meta,
-    :created_at
+    :created_at, :timeout
 FROM json_each(:args) AS a
 ORDER BY a.key;
 
@@ -35,7 +35,7 @@ LIMIT :limit;
 -- The common case, one queue: pick and lease in a single pass over the ready index.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -47,7 +47,7 @@ RETURNING {claim_columns};
 -- name: job_claim
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
 RETURNING {claim_columns};
 
@@ -129,10 +129,13 @@ SET state = 'ready', attempts = max(attempts - 1, 0), started_at = NULL, lease_u
 WHERE id = :id AND fence = :fence AND state = 'running';
 
 -- name: job_lease_extend
--- :pairs is [[id, fence, started], ...]: only the attempt that holds the lease renews
--- it; a started time (else null) is when its handler really began, later than the claim.
-UPDATE ferryq_jobs SET lease_until = :now + ttr, started_at = coalesce(p.started, started_at)
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS started
+-- :pairs is [[id, fence, started, progress], ...]: only the attempt that holds the lease
+-- renews it; a started time (else null) is when its handler really began, later than
+-- the claim; a progress (else null) is what the attempt last reported, as JSON text.
+UPDATE ferryq_jobs SET lease_until = :now + ttr, started_at = coalesce(p.started, started_at),
+    progress = coalesce(p.progress, ferryq_jobs.progress)
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS fence, value ->> 2 AS started,
+             value ->> 3 AS progress
       FROM json_each(:pairs)) AS p
 WHERE ferryq_jobs.id = p.id AND ferryq_jobs.fence = p.fence AND state = 'running'
 RETURNING ferryq_jobs.id;
@@ -363,7 +366,7 @@ LEFT JOIN ferryq_jobs AS w ON w.id = (
 -- are admitted next, for any worker to claim).
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (
     SELECT w.id FROM json_each(:lanes) AS l
     JOIN ferryq_jobs AS w ON w.id = (
@@ -403,7 +406,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
 -- admitted and claimed in one write.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, lease_until = :now + ttr, worker = :worker
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
 
@@ -413,7 +416,7 @@ RETURNING {claim_columns};
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs
 SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, ttr = :ttr, lease_until = :now + :ttr,
+    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr, lease_until = :now + :ttr,
     worker = :worker
 WHERE id IN (
     SELECT id FROM ferryq_jobs

@@ -440,13 +440,16 @@ class SQLiteStore(base.Store):
         extend: Sequence[int],
         now: float,
         started: Mapping[int, float] | None = None,
+        progress: Mapping[int, str] | None = None,
     ) -> Leases:
-        fences, began = dict(held), started or {}
+        fences, began, done = dict(held), started or {}, progress or {}
 
         def leases(conn: sqlite3.Connection) -> Leases:
             extended: list[int] = []
             if extend:
-                pairs = json.dumps([[i, fences.get(i, -1), began.get(i)] for i in extend])
+                pairs = json.dumps(
+                    [[i, fences.get(i, -1), began.get(i), done.get(i)] for i in extend]
+                )
                 renewed = conn.execute(Q["job_lease_extend"], {"pairs": pairs, "now": now})
                 extended = sorted(r[0] for r in renewed)
             rows = conn.execute(Q["job_held"], {"ids": json.dumps(list(fences))}).fetchall()
@@ -950,6 +953,7 @@ def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> 
         "expires_at": job.expires_at, "ttr": job.ttr, "max_tries": job.max_tries,
         "retry": job.retry, "unique_key": job.unique_key, "stage": job.stage,
         "context": job.context, "meta": job.meta, "created_at": job.created_at,
+        "timeout": job.timeout,
     }  # fmt: skip
     count = conn.execute(Q["job_insert"], params).rowcount
     last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]

@@ -1,0 +1,7 @@
+-- Production controls (SPEC §19). timeout: the time limit of each attempt in seconds,
+-- apart from the lease (null: none). progress: what the running attempt last reported
+-- through ctx.progress, as JSON {"done", "total", "note", "at"}; a claim clears it.
+ALTER TABLE ferryq_jobs ADD COLUMN timeout REAL;
+ALTER TABLE ferryq_jobs ADD COLUMN progress TEXT;
+ALTER TABLE ferryq_history ADD COLUMN timeout REAL;
+ALTER TABLE ferryq_history ADD COLUMN progress TEXT;
