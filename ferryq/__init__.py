@@ -19,9 +19,10 @@ from ferryq.errors import (
     StoreError,
 )
 from ferryq.handle import JobHandle
+from ferryq.hooks import Enqueue, Outcome
 from ferryq.insights import Explanation
 from ferryq.job import Job, State
-from ferryq.outcome import Fail, Next, Retry
+from ferryq.outcome import Fail, Next, Retry, TimedOut
 from ferryq.task import Task
 from ferryq.worker import Worker
 
@@ -33,6 +34,7 @@ __all__ = [
     "Context",
     "DatabaseReadOnly",
     "DiskFull",
+    "Enqueue",
     "Explanation",
     "Fail",
     "FerryqError",
@@ -45,12 +47,14 @@ __all__ = [
     "JobHandle",
     "JobNotFound",
     "Next",
+    "Outcome",
     "ResultTimeout",
     "Retry",
     "SerializationError",
     "State",
     "StoreError",
     "Task",
+    "TimedOut",
     "Worker",
     "backoff",
 ]
