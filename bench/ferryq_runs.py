@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 import ferryq
 from bench import ferryq_tasks
@@ -30,13 +31,22 @@ def ticks_file(workdir: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(tempfile.mkdtemp(prefix="ferryq-", dir=workdir)) / "ticks"
 
 
-def start_worker(url: str, ticks: pathlib.Path, queues: str = "default") -> subprocess.Popen[bytes]:
+def start_worker(
+    url: str,
+    ticks: pathlib.Path,
+    queues: str = "default",
+    args: Sequence[str] = (),
+    stderr: pathlib.Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """``ferryq worker`` with ``args`` added; its log goes to ``stderr`` (a file) if
+    given, else nowhere."""
     env = {**os.environ, "FERRYQ_URL": url, ferryq_tasks.TICKS_ENV: str(ticks),
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     cmd = [sys.executable, "-m", "ferryq", "worker", "bench.ferryq_tasks:app",
-           "--concurrency", str(CONCURRENCY), "--queues", queues]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+           "--concurrency", str(CONCURRENCY), "--queues", queues, *args]  # fmt: skip
+    with open(stderr or os.devnull, "wb") as log:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=log)  # fmt: skip
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -79,15 +89,24 @@ def enqueue(url: str, n: int) -> float:
     return asyncio.run(batches())
 
 
-def drain(url: str, n: int, workdir: pathlib.Path, *, lanes: int = 0) -> float:
+def drain(
+    url: str,
+    n: int,
+    workdir: pathlib.Path,
+    *,
+    lanes: int = 0,
+    args: Sequence[str] = (),
+    stderr: pathlib.Path | None = None,
+) -> float:
     """Jobs/s drained by one worker process from a queue filled beforehand; with
-    ``lanes``, the jobs are spread evenly over that many lanes (of limit 1)."""
+    ``lanes``, the jobs are spread evenly over that many lanes (of limit 1). ``args``
+    and ``stderr``: as for ``start_worker``."""
     if lanes:
         enqueue_lanes(url, n, lanes)
     else:
         enqueue(url, n)
     ticks = ticks_file(workdir)
-    proc = start_worker(url, ticks)
+    proc = start_worker(url, ticks, args=args, stderr=stderr)
     try:
         wait_ticks(ticks, n, proc)
     finally:

@@ -1,0 +1,122 @@
+"""Time limits, cancellation and the attempt log in a real ``ferryq worker`` process, on
+real time: what an operator sees with ``--log-format json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import ferryq
+from tests.acceptance.conftest import ROOT, Workers
+from tests.acceptance.controls_app import app as tasks_app
+
+TARGET = "tests.acceptance.controls_app:app"
+#: A stopped attempt must end within its limit plus this (SPEC §19, issue 23).
+SLACK = 1.0
+
+
+def _worker(workers: Workers, *args: str) -> subprocess.Popen[str]:
+    return workers.start("worker", TARGET, "--log-format", "json", "--log-level", "info",
+                         *args, module="ferryq")  # fmt: skip
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _starts(workers: Workers) -> list[tuple[str, int, int, float]]:
+    starts = []
+    for line in workers.log_lines():
+        name, job_id, attempt, at = line.split()
+        starts.append((name, int(job_id), int(attempt), float(at)))
+    return starts
+
+
+def _enqueue(app: ferryq.App, name: str) -> int:
+    """Enqueue a task of controls_app with its options, from an App on the test's URL."""
+    task = tasks_app.tasks[f"tests.acceptance.controls_app.{name}"]
+    options = task.defaults
+    return app.enqueue(task.name, [], timeout=options.timeout, max_tries=options.max_tries,
+                       retry=options.retry).id  # fmt: skip
+
+
+def test_time_limits_and_the_attempt_log_in_a_real_worker(workers: Workers) -> None:
+    app = ferryq.App(workers.url)
+    try:
+        jobs = {name: _enqueue(app, name) for name in ("sleepy", "spin", "flaky", "bad_input")}
+        worker = _worker(workers, "--burst", "--concurrency", "4")
+        stderr = workers.stderr_of(worker)
+        assert worker.returncode == 0, stderr
+        lines = _json_lines(stderr)
+        attempts = [line for line in lines if line["logger"] == "ferryq.attempts"]
+        by_job: dict[int, list[dict[str, Any]]] = {}
+        for line in attempts:
+            by_job.setdefault(line["job_id"], []).append(line)
+        for name in ("sleepy", "spin"):  # each try stopped at its limit, then dead
+            job = app.get_job(jobs[name])
+            assert job.state == "dead" and [e["type"] for e in job.errors] == ["TimedOut"] * 2
+            said = by_job[jobs[name]]
+            assert [(x["attempt"], x["outcome"], x["timed_out"]) for x in said] == [
+                (1, "retry", True), (2, "dead", True)
+            ]  # fmt: skip
+            for line in said:
+                assert 1.0 <= line["duration"] < 1.0 + SLACK, line
+                assert line["error"].startswith("TimedOut: timed out")
+                assert line["task"] == f"tests.acceptance.controls_app.{name}"
+                assert line["max_tries"] == 2 and line["queue"] == "default"
+        assert [(x["outcome"], x["level"]) for x in by_job[jobs["flaky"]]] == [
+            ("retry", "WARNING"), ("succeeded", "INFO")
+        ]  # fmt: skip
+        assert by_job[jobs["flaky"]][0]["error"] == "ConnectionError: first try fails"
+        (dead,) = by_job[jobs["bad_input"]]  # fail_on: dead at its first try
+        assert (dead["outcome"], dead["level"], dead["attempt"]) == ("dead", "ERROR", 1)
+        assert dead["error"] == "ValueError: not a number: 'x'"
+    finally:
+        app.close()
+
+
+def test_cancel_stops_a_sync_handler_that_never_looks(workers: Workers) -> None:
+    app = ferryq.App(workers.url)
+    try:
+        job_id = _enqueue(app, "deaf")
+        worker = _worker(workers)
+        deadline = time.monotonic() + 60
+        while not any(start[0] == "deaf" for start in _starts(workers)):
+            assert worker.poll() is None and time.monotonic() < deadline, "never started"
+            time.sleep(0.01)
+        cancelled_at = time.monotonic()
+        app.cancel(job_id)
+        while app.get_job(job_id).state != "cancelled":
+            assert time.monotonic() < deadline, "never cancelled"
+            time.sleep(0.01)
+        # The worker hears of the cancel at its next heartbeat (every second), then
+        # interrupts the handler's thread at once.
+        assert time.monotonic() - cancelled_at < 1.0 + SLACK
+        worker.terminate()
+        assert worker.wait(timeout=60) == 0
+    finally:
+        app.close()
+
+
+def test_at_warning_the_worker_logs_failed_attempts_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/ferryq.db"
+    app = ferryq.App(url)
+    try:
+        _enqueue(app, "flaky")
+        env = {**os.environ, "FERRYQ_URL": url, "PYTHONPATH": str(ROOT),
+               "FERRYQ_TEST_LOG_DIR": str(tmp_path)}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "ferryq", "worker", TARGET, "--burst", "--log-level",
+             "warning", "--log-format", "json"],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outcomes = [x.get("outcome") for x in _json_lines(done.stderr)]
+        assert outcomes == ["retry"]
+    finally:
+        app.close()
