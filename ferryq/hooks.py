@@ -69,12 +69,7 @@ class Outcome:
     exception: BaseException | None = None
     retry_at: float | None = None
     result: Any = None
-
-    @property
-    def timed_out(self) -> bool:
-        from ferryq.outcome import TimedOut
-
-        return isinstance(self.exception, TimedOut)
+    timed_out: bool = False  # the exception is a ``ferryq.TimedOut``
 
     @property
     def error(self) -> str | None:

@@ -152,7 +152,7 @@ async def run(
     outcome = Outcome(
         finish.kind, 0.0 if started is None else max(finish.finished_at - started, 0.0), exc,
         finish.run_at if finish.kind == "retry" else None,
-        value if finish.kind == "succeeded" else None,
+        value if finish.kind == "succeeded" else None, isinstance(exc, TimedOut),
     )  # fmt: skip
     if hooks is not None and hooks.after_attempt_hooks:
         await hooks.call(hooks.after_attempt_hooks, attempt.ctx, outcome)

@@ -22,7 +22,7 @@ from ferryq.faults import FaultLog
 from ferryq.hooks import Outcome
 from ferryq.policy import JobOptions
 from ferryq.store.base import Finish, FinishKind, FinishReport, Leases, Store, WorkerInfo
-from ferryq.worker import executor
+from ferryq.worker import attempt_log, executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Stop
 from ferryq.worker.maintenance import MaintenanceLoop
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from ferryq.app import App
 
 log = logging.getLogger("ferryq.worker")
-#: One line per attempt outcome: its own logger, so that it can be turned down alone.
-attempts_log = logging.getLogger("ferryq.attempts")
 
 # A stop waits up to the grace period for running jobs, then up to the grace period
 # again, and at least this many seconds, for their outcomes to be written.
@@ -310,8 +308,8 @@ class Worker:
             log.exception("running job %d failed outside its handler", attempt.job.id)
             finish = executor.failure(attempt.job, exc, clock(), self.id,
                                       started_at=attempt.started_at)  # fmt: skip
-        if outcome is not None and attempts_log.isEnabledFor(LEVELS[outcome.kind]):
-            _log_attempt(attempt, outcome, self.id)
+        if outcome is not None and attempt_log.wanted(outcome):
+            attempt_log.log_attempt(attempt, outcome, self.id)
         finish.finished_at = clock()
         if attempt.started_at is not None:
             metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
@@ -540,38 +538,6 @@ class Worker:
             os._exit(1)
         log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace)
         self.stop()
-
-
-#: The level of an attempt's line, by outcome.
-LEVELS: dict[str, int] = {
-    "succeeded": logging.INFO, "next": logging.INFO, "cancelled": logging.INFO,
-    "returned": logging.INFO, "retry": logging.WARNING, "dead": logging.ERROR,
-}  # fmt: skip
-
-
-def _log_attempt(attempt: Attempt, outcome: Outcome, worker: str) -> None:
-    """One line per attempt outcome (docs/operations.md, Logs)."""
-    job, kind = attempt.job, outcome.kind
-    said = "timed out" if outcome.timed_out else _SAID.get(kind, kind)
-    text = f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} {said} in " \
-           f"{outcome.duration:.3f} s"  # fmt: skip
-    if outcome.retry_at is not None:
-        ended = (attempt.started_at or 0.0) + outcome.duration
-        text += f", retry in {max(outcome.retry_at - ended, 0.0):.1f} s"
-    error = outcome.error
-    if error is not None:
-        text += f": {error}"
-    fields = {
-        "job_id": job.id, "task": job.task, "queue": job.queue, "lane": job.lane,
-        "attempt": job.attempts, "max_tries": job.max_tries, "outcome": kind,
-        "timed_out": outcome.timed_out, "duration": round(outcome.duration, 6), "error": error,
-        "retry_at": outcome.retry_at, "stage": job.stage, "fence": job.fence, "worker": worker,
-    }  # fmt: skip
-    attempts_log.log(LEVELS[kind], text, extra={"fields": fields})
-
-
-_SAID = {"succeeded": "succeeded", "retry": "failed", "dead": "failed for good",
-         "next": "finished its stage", "returned": "returned unfinished"}  # fmt: skip
 
 
 def _task_queues(app: App) -> list[str]:
