@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 import ferryq
-from ferryq import _render, backoff
+from ferryq import _render, backoff, logs
 from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
 from ferryq.errors import DatabaseReadOnly, DiskFull, FerryqError, JobNotFound, StoreError
@@ -176,6 +176,17 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
 
 # -- worker --------------------------------------------------------------------
 
+log_level_option = click.option(
+    "--log-level", type=click.Choice(list(logs.LEVELS), case_sensitive=False), default="info",
+    envvar="FERRYQ_LOG_LEVEL", show_default=True, show_envvar=True,
+    help="Log records at this level and above, to stderr.",
+)  # fmt: skip
+log_format_option = click.option(
+    "--log-format", type=click.Choice(logs.FORMATS, case_sensitive=False), default="text",
+    envvar="FERRYQ_LOG_FORMAT", show_default=True, show_envvar=True,
+    help="text: one readable line a record; json: one JSON object a line.",
+)  # fmt: skip
+
 
 @cli.command()
 @click.argument("target", metavar="MODULE:APP")
@@ -190,6 +201,8 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
 @click.option("--retention-days", type=FiniteFloat(min=0, min_open=True), default=14.0,
               show_default=True, help="Days finished jobs stay in history.")  # fmt: skip
+@log_level_option
+@log_format_option
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -201,10 +214,12 @@ def worker(
     prefetch: int | None,
     grace: float,
     retention_days: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app)."""
     app = configured(load_app(target), settings(ctx))
-    configure_logging()
+    logs.configure(log_level, log_format)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     options = {"concurrency": concurrency, "queues": names, "burst": burst,
                "prefetch": prefetch, "grace": grace,
@@ -282,14 +297,6 @@ def load_app(target: str) -> App:
     if not isinstance(found, App):
         raise CliError(f"{module_name}:{attribute} is a {type(found).__name__}, not a ferryq.App")
     return found
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
-        format="%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )  # fmt: skip
 
 
 # -- migrate -------------------------------------------------------------------

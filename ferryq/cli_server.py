@@ -9,8 +9,17 @@ import sys
 
 import click
 
-from ferryq import _render
-from ferryq.cli import CliError, cli, configure_logging, emit_json, get_app, json_option, show
+from ferryq import _render, logs
+from ferryq.cli import (
+    CliError,
+    cli,
+    emit_json,
+    get_app,
+    json_option,
+    log_format_option,
+    log_level_option,
+    show,
+)
 from ferryq.errors import ConfigurationError
 from ferryq.server import tokens
 from ferryq.server.app import ServerConfig, serve
@@ -33,6 +42,8 @@ from ferryq.store.base import Token
               help="Sign dashboard sessions with this (32+ characters): they then "
               "survive restarts and work on every server sharing it [default: a key "
               "per start].")  # fmt: skip
+@log_level_option
+@log_format_option
 @click.pass_context
 def server(
     ctx: click.Context,
@@ -43,6 +54,8 @@ def server(
     admin_port: int,
     admin_credential: str | None,
     session_secret: str | None,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
     url = server_url or get_app(ctx).url
@@ -58,8 +71,7 @@ def server(
         config.check()
     except ConfigurationError as exc:
         raise CliError(str(exc)) from None
-    configure_logging()
-    logging.getLogger("ferryq.server").info("serving %s", host)
+    logs.configure(log_level, log_format)
     asyncio.run(serve(config))
     logging.shutdown()
     sys.stdout.flush()

@@ -26,12 +26,15 @@ from ferryq.app import App
 from ferryq.dashboard import build_dashboard
 from ferryq.dashboard.auth import check_admin_credential, check_session_secret
 from ferryq.errors import ConfigurationError
+from ferryq.logs import fields
+from ferryq.server.access import AccessLog, admin_path
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
 from ferryq.server.http import RequestIds, api_not_found, internal_error
 from ferryq.server.lmstfy import LmstfyApi
 from ferryq.server.monitoring import RequestMetrics, metrics_endpoint
 from ferryq.server.native import native_router
+from ferryq.store import safe_url
 
 log = logging.getLogger("ferryq.server")
 
@@ -114,18 +117,22 @@ class _Server(uvicorn.Server):
 
 
 async def serve(config: ServerConfig, *, announce: bool = True) -> None:
-    """Serve until SIGTERM or SIGINT; return after a clean stop."""
+    """Serve until SIGTERM or SIGINT; return after a clean stop.
+
+    Requests are logged on ``ferryq.server.access`` (``AccessLog``); uvicorn's own
+    warnings and errors go to its loggers (``uvicorn.error``) with no handler of
+    uvicorn's: they come out wherever the process routes its logs."""
     config.check()
     sockets = [_bind(config.host, config.port), _bind(config.admin_host, config.admin_port)]
     engine = Engine(App(config.url))
     await engine.start()
     apps = [
-        build_api(engine, config.admin_credential, config.session_secret),
-        build_admin(engine, config.admin_credential),
+        AccessLog(build_api(engine, config.admin_credential, config.session_secret), "api"),
+        AccessLog(build_admin(engine, config.admin_credential), "admin", admin_path),
     ]
     servers = [
-        _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                               timeout_graceful_shutdown=5))
+        _Server(uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                               lifespan="off", timeout_graceful_shutdown=5))
         for app in apps
     ]  # fmt: skip
 
@@ -134,16 +141,20 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
         for server in servers:
             server.should_exit = True
 
+    api, admin = (_url(sock) for sock in sockets)
+    database = safe_url(config.url)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     try:
         running = [asyncio.create_task(s.serve(sockets=[sock]))
                    for s, sock in zip(servers, sockets, strict=True)]  # fmt: skip
+        log.info("server listening: api %s, admin %s, database %s, ferryq %s", api, admin,
+                 database, ferryq.__version__, extra=fields(api=api, admin=admin,
+                 database=database, version=ferryq.__version__))  # fmt: skip
         if announce:
             # The sockets listen already: a client that connects now waits in the
             # backlog until uvicorn takes it, a few milliseconds at most.
-            api, admin = (_url(sock) for sock in sockets)
             sys.stdout.write(f"ferryq server listening api={api} admin={admin}\n")
             sys.stdout.flush()
         await asyncio.gather(*running)
@@ -153,6 +164,7 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
         await engine.stop()
         for sock in sockets:
             sock.close()
+        log.info("server stopped", extra=fields(api=api, admin=admin))
 
 
 def _bind(host: str, port: int) -> socket.socket:
