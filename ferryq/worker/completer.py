@@ -26,9 +26,12 @@ from typing import Any
 
 from ferryq import _json
 from ferryq.faults import MAX_BACKOFF, FaultLog
+from ferryq.logs import fields, id_list
 from ferryq.store.base import Finish, FinishKind, FinishReport
 
 log = logging.getLogger("ferryq.worker")
+#: Stale completions logged one by one per batch; the rest of the batch in one line.
+STALE_LINES = 20
 
 
 class Completer:
@@ -122,7 +125,7 @@ class Completer:
         unknown, and now refused, taken out of ``stale``: most likely that write
         landed, and they are not a late worker's. The rest are logged as stale."""
         if not self._in_doubt:
-            self._log_stale(report.stale)
+            _log_stale(report.stale, batch)
             return report
         fences = {f.id: f.fence for f in batch}
         resent = [i for i in report.stale if (i, fences[i]) in self._in_doubt]
@@ -130,16 +133,11 @@ class Completer:
         if resent:
             log.info("%d completion(s) sent again after a write whose answer was lost "
                      "were refused, most likely because that write landed: %s",
-                     len(resent), resent[:20])  # fmt: skip
+                     len(resent), id_list(resent),
+                     extra=fields(count=len(resent), job_ids=resent))  # fmt: skip
         stale = [i for i in report.stale if i not in set(resent)]
-        self._log_stale(stale)
+        _log_stale(stale, batch)
         return FinishReport(report.accepted, stale)
-
-    @staticmethod
-    def _log_stale(stale: list[int]) -> None:
-        if stale:
-            log.warning("rejected %d stale completion(s) (fencing token no longer current): "
-                        "%s", len(stale), stale[:20])  # fmt: skip
 
     async def run(self) -> None:
         assert self._flush is not None, "bind() a flush before run()"
@@ -174,6 +172,26 @@ class Completer:
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), within)
+
+
+def _log_stale(stale: list[int], batch: list[Finish]) -> None:
+    """A line for each finish refused because its fencing token is no longer the job's
+    (the job was recovered, or claimed again, meanwhile): the first STALE_LINES of a
+    batch one by one, the others together."""
+    if not stale:
+        return
+    finishes = {f.id: f for f in batch}
+    for job_id in stale[:STALE_LINES]:
+        finish = finishes.get(job_id)
+        fence = None if finish is None else finish.fence
+        outcome = None if finish is None else finish.kind
+        log.warning("stale completion of job %d refused: fence %s is no longer current (the "
+                    "job was recovered or claimed again meanwhile); outcome %s dropped", job_id,
+                    fence, outcome, extra=fields(job_id=job_id, fence=fence,
+                    outcome=outcome))  # fmt: skip
+    if rest := stale[STALE_LINES:]:
+        log.warning("and %d more stale completion(s) refused: %s", len(rest), id_list(rest),
+                    extra=fields(count=len(rest), job_ids=rest))  # fmt: skip
 
 
 #: What a finish's values are, by its kind: what the database may have refused.

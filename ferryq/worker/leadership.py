@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ferryq.faults import FaultLog
+from ferryq.logs import fields
 from ferryq.store.base import Store
 
 log = logging.getLogger("ferryq.leadership")
@@ -46,6 +47,7 @@ class LeaderLoop(abc.ABC, Generic[T]):
         self.cut_off_after = max(4 * interval, 2.0)
         self._answered_at: float | None = None
         self._faults = FaultLog(log)
+        self.leading = False  # as of the last round that reached the database
 
     @abc.abstractmethod
     async def act(self, now: float) -> T:
@@ -72,6 +74,8 @@ class LeaderLoop(abc.ABC, Generic[T]):
         if self._answered_at is not None and answered - self._answered_at > self.cut_off_after:
             self.reconnected(answered - self._answered_at)
         self._answered_at = answered
+        if leading != self.leading:
+            self._changed(leading, "acquired" if leading else "lost")
         if leading:
             return await self.act(now)
         return self.idle()
@@ -83,3 +87,11 @@ class LeaderLoop(abc.ABC, Generic[T]):
     async def leave(self) -> None:
         """Give up the leadership, so another process takes over at once."""
         await self.store.leader_release(self.name, self.holder)
+        if self.leading:
+            self._changed(False, "released")
+
+    def _changed(self, leading: bool, event: str) -> None:
+        self.leading = leading
+        said = "is now" if leading else "gave up being" if event == "released" else "is no longer"
+        log.info("%s %s the %s leader", self.holder, said, self.name,
+                 extra=fields(leadership=self.name, event=event, worker=self.holder))  # fmt: skip

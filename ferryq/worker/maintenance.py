@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ferryq import metrics
+from ferryq.logs import fields, id_list
 from ferryq.store.base import Store
 from ferryq.worker.executor import LeaseExpired, failure
 from ferryq.worker.leadership import LeaderLoop
@@ -90,8 +91,9 @@ class Maintenance:
         report = await self.store.job_finish_many(finishes)
         metrics.LEASE_RECOVERIES.inc(len(report.accepted))
         if report.accepted:
-            log.warning("recovered %d job(s) whose lease expired: %s",
-                        len(report.accepted), report.accepted[:20])  # fmt: skip
+            log.warning("recovered %d job(s) whose lease expired: %s", len(report.accepted),
+                        id_list(report.accepted), extra=fields(count=len(report.accepted),
+                        job_ids=report.accepted, worker=self.holder))  # fmt: skip
         return len(report.accepted)
 
 
@@ -121,8 +123,8 @@ class MaintenanceLoop(LeaderLoop[MaintenanceReport | None]):
         # again jobs whose handlers finished meanwhile: they get SETTLE seconds first.
         self._recover_from = time.monotonic() + SETTLE
         log.warning("the database answered after %.1f s without a maintenance round: lease "
-                    "recovery waits %.0f s for workers to write what they hold",
-                    gap, SETTLE)  # fmt: skip
+                    "recovery waits %.0f s for workers to write what they hold", gap, SETTLE,
+                    extra=fields(gap=round(gap, 3), wait=SETTLE, worker=self.holder))  # fmt: skip
 
     def idle(self) -> MaintenanceReport | None:
         return None

@@ -16,11 +16,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from ferryq import metrics
+import ferryq
+from ferryq import logs, metrics
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
 from ferryq.hooks import Outcome
 from ferryq.policy import JobOptions
+from ferryq.store import safe_url
 from ferryq.store.base import Finish, FinishKind, FinishReport, Leases, Store, WorkerInfo
 from ferryq.worker import attempt_log, executor
 from ferryq.worker.completer import Completer
@@ -146,7 +148,15 @@ class Worker:
             )  # fmt: skip
         self._started_at = self.app.clock()
         self._install_signals()
-        log.info("worker %s consuming %s with %d slots", self.id, self.queues, self.concurrency)
+        database = safe_url(self.app.url)
+        log.info(
+            "worker %s started: queues %s, %d slots, namespace %s, database %s, ferryq %s",
+            self.id, ",".join(self.queues), self.concurrency, self.app.namespace, database,
+            ferryq.__version__,
+            extra=logs.fields(worker=self.id, queues=self.queues, concurrency=self.concurrency,
+                              namespace=self.app.namespace, database=database,
+                              version=ferryq.__version__, burst=self.burst),
+        )  # fmt: skip
         try:
             await self._beat()
         except Exception as exc:  # the heartbeat loop goes on trying
@@ -177,10 +187,13 @@ class Worker:
                     await service
             unwritten = completer.pending
             if unwritten:
+                unwritten_ids = sorted(f.id for f in unwritten)
                 log.error(
                     "stopping without writing the outcome of %d attempt(s), jobs %s: they "
                     "run again once their leases expire",
-                    len(unwritten), sorted(f.id for f in unwritten)[:20],
+                    len(unwritten), logs.id_list(unwritten_ids),
+                    extra=logs.fields(count=len(unwritten), job_ids=unwritten_ids,
+                                      worker=self.id),
                 )  # fmt: skip
                 # Nor would the database take the goodbye: the worker's entry and any
                 # leadership it holds expire with their heartbeat and lease.
@@ -189,6 +202,15 @@ class Worker:
             self._remove_signals()
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
+            log.info(
+                "worker %s stopped after %.1f s: %d attempt(s) finished, %d stale, %d unwritten",
+                self.id, self.app.clock() - self._started_at, self.finished,
+                self.stale_completions, len(unwritten),
+                extra=logs.fields(worker=self.id, queues=self.queues, database=database,
+                                  uptime=round(self.app.clock() - self._started_at, 3),
+                                  finished=self.finished, stale=self.stale_completions,
+                                  unwritten=len(unwritten)),
+            )  # fmt: skip
         if unwritten:
             raise StoreError(
                 f"the outcome of {len(unwritten)} attempt(s) could not be written before "
@@ -207,7 +229,10 @@ class Worker:
             self._settle_queued(heapq.heappop(self._queued).attempt, "returned")
         runners = [a.runner for a in self.active.values() if a.runner is not None]
         if runners:
-            log.info("waiting up to %.0f s for %d running job(s)", self.grace, len(runners))
+            log.info("waiting up to %.0f s for %d running job(s)", self.grace, len(runners),
+                     extra=logs.fields(grace=self.grace, count=len(runners), worker=self.id,
+                                       job_ids=sorted(a.job.id for a in self.active.values()
+                                                      if a.runner is not None)))  # fmt: skip
             await asyncio.wait(runners, timeout=self.grace)
         leftovers = [a for a in (*self.active.values(), *self._superseded.values()) if a.running]
         for attempt in leftovers:
@@ -217,7 +242,8 @@ class Worker:
             # take a while to see the interruption, and must end before its job can
             # run elsewhere. A second signal exits at once.
             log.warning("stopping %d unfinished job(s); they go back to the queue",
-                        len(leftovers))  # fmt: skip
+                        len(leftovers), extra=logs.fields(count=len(leftovers), worker=self.id,
+                        job_ids=sorted(a.job.id for a in leftovers)))  # fmt: skip
             await asyncio.wait([a.runner for a in leftovers if a.runner is not None])
 
     async def _leave(self, store: Store) -> None:
@@ -534,9 +560,11 @@ class Worker:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested:
-            log.warning("second %s: exiting at once", sig.name)
+            log.warning("second %s: exiting at once", sig.name,
+                        extra=logs.fields(signal=sig.name, worker=self.id))  # fmt: skip
             os._exit(1)
-        log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace)
+        log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace,
+                 extra=logs.fields(signal=sig.name, grace=self.grace, worker=self.id))  # fmt: skip
         self.stop()
 
 
