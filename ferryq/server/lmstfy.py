@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ferryq import backoff, metrics
+from ferryq import backoff, metrics, tracecontext
 from ferryq.insights import HTTP_TASK
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.policy import JobOptions, expires_before_due
@@ -468,7 +468,9 @@ def _publish_options(request: Request, ns: str, q: str) -> JobOptions | Response
     if isinstance(attributes, Response):
         return attributes
     versioned = request.headers.get("enable-job-version", "").upper() == "YES"
-    meta = {"http": {"attributes": attributes, "versioned": versioned}}
+    meta: dict[str, Any] = {"http": {"attributes": attributes, "versioned": versioned}}
+    if (trace := tracecontext.from_headers(request.headers)) is not None:
+        meta[tracecontext.META_KEY] = trace
     return JobOptions(
         namespace=ns, queue=q, delay=float(delay), ttl=float(ttl) if ttl else None,
         max_tries=tries, ttr=float(DEFAULT_TTR), retry=backoff.fixed(0), meta=meta,
@@ -494,7 +496,7 @@ def _header_text(raw: bytes) -> str:
 
 
 def _with_encoding(options: JobOptions, encoding: str) -> JobOptions:
-    meta = {"http": {**options.meta["http"], "encoding": encoding}}
+    meta = {**options.meta, "http": {**options.meta["http"], "encoding": encoding}}
     return options.merged(meta=meta)
 
 

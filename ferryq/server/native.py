@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.requests import Request
 from starlette.responses import Response
 
-from ferryq import _json, backoff, insights, lanes, policy
+from ferryq import _json, backoff, insights, lanes, policy, tracecontext
 from ferryq.errors import InvalidTransition, JobFailed, JobNotFound, SerializationError
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
@@ -63,6 +64,16 @@ from ferryq.server.native_models import (
 from ferryq.store.base import JobFilter, Store, Token, WorkerInfo
 
 RESPAWNABLE = frozenset({State.DEAD, State.CANCELLED, State.EXPIRED})
+#: The W3C trace context headers an enqueue reads (read from the request itself, so
+#: that a repeated traceparent is seen as W3C wants: ignored).
+TRACE_HEADERS = {"parameters": [
+    {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "W3C trace context: stored in the jobs' meta.trace, so that a worker "
+                    "with ferryq.otel continues the trace; an invalid one is ignored."},
+    {"name": "tracestate", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "W3C trace context, kept with a valid traceparent (512 characters "
+                    "at most: longer ones are cut member by member)."},
+]}  # fmt: skip
 
 
 class NativeApi:
@@ -77,11 +88,11 @@ class NativeApi:
                 responses={200: answer(EnqueuedOut, "Deduplicated: an unfinished job (or one "
                                         "created within unique_for) has the unique_key."),
                            **refusals(400, 413, 422, 429)},
-                summary="Enqueue a job")),
+                openapi_extra=TRACE_HEADERS, summary="Enqueue a job")),
             ("POST", "/jobs/batch", self.enqueue_batch, dict(
                 status_code=201, response_model=BatchOut,
                 responses={200: answer(BatchOut, "Every job was deduplicated."),
-                           **refusals(400, 413, 422, 429)},
+                           **refusals(400, 413, 422, 429)}, openapi_extra=TRACE_HEADERS,
                 summary="Enqueue jobs of one task and options, one per args, in one transaction")),
             ("GET", "/jobs", self.list_jobs, dict(
                 response_model=JobPageOut, responses=refusals(422),
@@ -137,19 +148,21 @@ class NativeApi:
 
     # -- enqueue -----------------------------------------------------------------------
 
-    async def enqueue(self, body: EnqueueIn, token: Caller) -> Response:
-        [handle] = await self._enqueue(token, body.task, [body.args], body)
+    async def enqueue(self, body: EnqueueIn, token: Caller, request: Request) -> Response:
+        [handle] = await self._enqueue(token, body.task, [body.args], body, request)
         return http.json(201 if handle.created else 200, _enqueued(handle))
 
-    async def enqueue_batch(self, body: BatchIn, token: Caller) -> Response:
-        handles = await self._enqueue(token, body.task, body.args, body)
+    async def enqueue_batch(self, body: BatchIn, token: Caller, request: Request) -> Response:
+        handles = await self._enqueue(token, body.task, body.args, body, request)
         status = 201 if any(h.created for h in handles) else 200
         return http.json(status, {"jobs": [_enqueued(h) for h in handles]})
 
     async def _enqueue(
-        self, token: Token, task: str, args: Sequence[Any], body: JobOptionsIn
+        self, token: Token, task: str, args: Sequence[Any], body: JobOptionsIn, request: Request
     ) -> list[JobHandle]:
         options = _job_options(token.namespace, body, self.engine.now())
+        if (trace := tracecontext.from_headers(request.headers)) is not None:
+            options = dataclasses.replace(options, meta={tracecontext.META_KEY: trace})
         encoded = [_storable_json(one, f"arguments of {task}") for one in args]
         if not self.engine.limiter.take(token, "write", len(encoded)):
             raise ApiError(429, "the publish rate limit of this token is reached; retry later")
