@@ -167,7 +167,7 @@ def _check_it_gave_the_outcome_up(
     """It gives the write up after the bound (the grace period, 5 s at least) and says so."""
     log = workers.stderr_of(worker)
     assert worker.returncode == 1, log
-    assert f"stopping without writing the outcome of 1 attempt(s), jobs [{job_id}]" in log
+    assert f"stopping without writing the outcome of 1 attempt(s), jobs {job_id}:" in log
     assert "Error: the outcome of 1 attempt(s) could not be written" in log
 
 
