@@ -312,8 +312,8 @@ class App:
         if not self.hooks.around_enqueue:
             return await self._insert(job, encoded_args, connection)
         call = Enqueue(task, options, len(encoded_args), dict(options.meta))
-        await self.hooks.call(self.hooks.before_enqueue_hooks, call)
         try:
+            await self.hooks.call(self.hooks.before_enqueue_hooks, call)
             job.meta = self._hooked_meta(call)
             handles = await self._insert(job, encoded_args, connection)
         except BaseException as exc:
@@ -350,9 +350,9 @@ class App:
         if not encoded_args:
             return []
         call = Enqueue(task, options, len(encoded_args), dict(options.meta))
-        if self.hooks.around_enqueue:  # on the portal, in this thread's context
-            self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
         try:
+            if self.hooks.around_enqueue:  # on the portal, in this thread's context
+                self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
             job.meta = self._hooked_meta(call) if self.hooks.around_enqueue else job.meta
             inserted = insert_on_connection(connection, job, encoded_args)
         except BaseException as exc:

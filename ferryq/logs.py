@@ -15,9 +15,11 @@ a line.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
@@ -53,7 +55,7 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
     if fmt.lower() not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)} (got {fmt!r})")
     number = LEVELS[level.lower()]
-    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler = BatchedStreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter() if fmt.lower() == "json" else TextFormatter())
     handler.setLevel(number)
     root = logging.getLogger()
@@ -84,8 +86,10 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.message = message(record)
-        record.asctime = self.formatTime(record, self.datefmt)
-        line = self.formatMessage(record)
+        record.asctime = _local_second(int(record.created))
+        # The format above, spelled out: a third of the time of formatMessage.
+        line = (f"{record.asctime}.{int(record.msecs):03d} {record.levelname:<7} "
+                f"{record.name}: {record.message}")  # fmt: skip
         extra = _exception(self, record)
         return f"{line}\n{extra}" if extra else line
 
@@ -122,9 +126,70 @@ class JsonFormatter(logging.Formatter):
 
 def _timestamp(record: logging.LogRecord) -> str:
     """``2024-05-01T10:00:03.456Z``: the record's time in UTC, to the millisecond."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + (
-        f".{int(record.msecs):03d}Z"
-    )
+    return f"{_utc_second(int(record.created))}.{int(record.msecs):03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+@functools.lru_cache(maxsize=4)
+def _local_second(second: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+
+
+class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes lines in batches rather than one write a line: a
+    worker logs a line per attempt, and a write per line costs the event loop a
+    system call and a hand-over of the interpreter to another thread each time.
+
+    Lines wait at most ``every`` seconds (a thread of its own writes them); a record
+    at WARNING or above is written at once, with every line before it, and so is a
+    batch past ``most`` characters. ``flush()`` (``logging.shutdown()`` at exit)
+    writes what waits. A process killed outright (SIGKILL) loses the lines of its
+    last ``every`` seconds at most."""
+
+    def __init__(self, stream: TextIO, every: float = 0.2, most: int = 1 << 16) -> None:
+        super().__init__(stream)
+        self.every, self.most = every, most
+        self._waiting: list[str] = []
+        self._size = 0
+        self._due = threading.Event()
+        threading.Thread(target=self._write_late, name="ferryq-log", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        with self.lock:  # type: ignore[union-attr]
+            self._waiting.append(line)
+            self._size += len(line)
+            now = record.levelno >= logging.WARNING or self._size >= self.most
+            first = len(self._waiting) == 1
+        if now:
+            self.flush()
+        elif first:
+            self._due.set()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            text, self._waiting, self._size = "".join(self._waiting), [], 0
+            try:
+                if text:
+                    self.stream.write(text)
+                self.stream.flush()
+            except Exception:  # as StreamHandler: a closed or broken stream is no crash
+                pass
+
+    def _write_late(self) -> None:
+        while True:
+            self._due.wait()
+            time.sleep(self.every)
+            self._due.clear()
+            self.flush()
 
 
 def _exception(formatter: logging.Formatter, record: logging.LogRecord) -> str:

@@ -20,7 +20,7 @@ import ferryq
 from ferryq import logs, metrics
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
-from ferryq.hooks import Outcome
+from ferryq.hooks import Hooks, Outcome
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
 from ferryq.store.base import Finish, FinishKind, FinishReport, Leases, Store, WorkerInfo
@@ -106,7 +106,7 @@ class Worker:
         # Ended attempts whose outcome is not written yet: their leases are renewed too.
         self._unwritten: dict[tuple[int, int], Attempt] = {}
         self._watch_now = asyncio.Event()
-        self._hooks = app.hooks if app.hooks.around_attempts else None
+        self._hooks: Hooks | None = None  # the app's, if it has attempt hooks at run()
         self._faults = FaultLog(log)
         self._running = 0
         self.stale_completions = 0
@@ -126,6 +126,7 @@ class Worker:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._hooks = self.app.hooks if self.app.hooks.around_attempts else None
         store = self._store = await self.app.store()
         if any(not t.is_async for t in self.app.tasks.values()):
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
@@ -562,6 +563,7 @@ class Worker:
         if self._stop_requested:
             log.warning("second %s: exiting at once", sig.name,
                         extra=logs.fields(signal=sig.name, worker=self.id))  # fmt: skip
+            logging.shutdown()  # the lines still waiting in a batch
             os._exit(1)
         log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace,
                  extra=logs.fields(signal=sig.name, grace=self.grace, worker=self.id))  # fmt: skip

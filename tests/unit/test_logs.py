@@ -9,6 +9,7 @@ import logging
 import math
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -241,3 +242,48 @@ async def test_leadership_is_logged_when_it_changes_not_every_round(
     assert [r.getMessage() for r in caplog.records][:2] == [
         "w1 is now the maintenance leader", "w1 is no longer the maintenance leader",
     ]  # fmt: skip
+
+
+def _record(level: int, text: str) -> logging.LogRecord:
+    return logging.LogRecord("ferryq.attempts", level, __file__, 1, text, None, None)
+
+
+def test_lines_wait_in_a_batch_until_a_warning_or_a_flush() -> None:
+    stream = io.StringIO()
+    handler = logs.BatchedStreamHandler(stream, every=3600)  # no timely write in this test
+    handler.setFormatter(logs.TextFormatter())
+    handler.handle(_record(logging.INFO, "first"))
+    handler.handle(_record(logging.INFO, "second"))
+    assert stream.getvalue() == ""  # waiting, not written line by line
+    handler.handle(_record(logging.WARNING, "third"))  # written at once, after the others
+    assert [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()] == [
+        "first", "second", "third"
+    ]  # fmt: skip
+    handler.handle(_record(logging.INFO, "fourth"))
+    handler.flush()  # as logging.shutdown() does at exit
+    assert stream.getvalue().splitlines()[-1].endswith("fourth")
+
+
+def test_waiting_lines_are_written_within_their_period() -> None:
+    written = threading.Event()
+
+    class Stream(io.StringIO):
+        def flush(self) -> None:
+            if self.getvalue():
+                written.set()
+
+    stream = Stream()
+    handler = logs.BatchedStreamHandler(stream, every=0.01)
+    handler.setFormatter(logs.TextFormatter())
+    handler.handle(_record(logging.INFO, "soon"))
+    assert written.wait(60), "the waiting line was never written"
+    assert stream.getvalue().endswith("soon\n")
+
+
+def test_a_full_batch_is_written_at_once() -> None:
+    stream = io.StringIO()
+    handler = logs.BatchedStreamHandler(stream, every=3600, most=100)
+    handler.setFormatter(logs.TextFormatter())
+    for n in range(10):
+        handler.handle(_record(logging.INFO, f"line {n}"))
+    assert stream.getvalue().count("\n") >= 2
