@@ -229,7 +229,10 @@ def worker(
     sys.setswitchinterval(WORKER_SWITCH_INTERVAL)
     code = 0
     try:
-        asyncio.run(_run_worker(app, options))
+        try:
+            asyncio.run(_run_worker(app, options))
+        finally:
+            logs.flush()  # the worker's last lines come before any error line below
     except DatabaseUnavailable as exc:  # at the start: as for every other command
         click.echo(f"Error: {exc.__cause__}", err=True)
         code = CliError.exit_code

@@ -15,6 +15,7 @@ a line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -65,6 +66,14 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
     root.addHandler(handler)
     root.setLevel(number)
     logging.captureWarnings(True)
+
+
+def flush() -> None:
+    """Write what the root logger's handlers hold (lines waiting in a batch), so that
+    what is printed next comes after them."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):  # one that cannot flush is no reason to fail
+            handler.flush()
 
 
 def message(record: logging.LogRecord) -> str:
