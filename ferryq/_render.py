@@ -17,7 +17,16 @@ from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ferryq.insights import Explanation, Stats, unix_time, utc_moment, when
+from ferryq.insights import (
+    Explanation,
+    Stats,
+    error_line,
+    progress_text,
+    timed_out,
+    unix_time,
+    utc_moment,
+    when,
+)
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import LaneInfo, PeriodicState, Token
@@ -167,13 +176,17 @@ def jobs_table(jobs: Iterable[Job], now: float) -> Table:
 def job_note(job: Job, now: float) -> Text:
     """The one thing worth knowing about a job in a list."""
     if job.state in (State.DEAD, State.SCHEDULED) and job.error:
-        message = f"{job.error.get('type', 'error')}: {job.error.get('message', '')}"
-        if job.state == State.SCHEDULED:
+        message = error_line(job.error, job.timeout)
+        if job.state == State.SCHEDULED and timed_out(job.error):
+            message = f"{message}, retry {short_when(job.run_at, now)}"
+        elif job.state == State.SCHEDULED:
             message = f"retry {short_when(job.run_at, now)} after {message}"
         return Text(message, style="red" if job.state == State.DEAD else "")
     if job.state == State.SCHEDULED:
         return Text(f"due {short_when(job.run_at, now)}")
     if job.state == State.RUNNING:
+        if job.progress:
+            return Text(f"on {job.worker}: {progress_text(job.progress, note=False)}")
         return Text(f"on {job.worker}")
     if job.state == State.SUCCEEDED and job.started_at and job.finished_at:
         return Text(f"took {seconds(job.finished_at - job.started_at)}")
@@ -185,8 +198,8 @@ def job_note(job: Job, now: float) -> Text:
 # -- one job -------------------------------------------------------------------
 
 _FIELDS = (
-    "namespace", "queue", "task", "lane", "stage", "priority", "ttr", "retry", "unique_key",
-    "worker", "fence", "cancel_requested",
+    "namespace", "queue", "task", "lane", "stage", "priority", "ttr", "timeout", "retry",
+    "unique_key", "worker", "fence", "cancel_requested",
 )  # fmt: skip
 _TIMES = (
     "created_at", "run_at", "claimed_at", "started_at", "finished_at", "lease_until",
@@ -194,7 +207,7 @@ _TIMES = (
 )  # fmt: skip
 
 
-def job_page(job: Job) -> Group:
+def job_page(job: Job, now: float) -> Group:
     """Everything stored about a job, for ``jobs show``."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -202,27 +215,58 @@ def job_page(job: Job) -> Group:
     grid.add_row("id", str(job.id))
     grid.add_row("state", state_text(job.state))
     grid.add_row("attempts", f"{job.attempts} of {job.max_tries}")
+    if job.state == State.RUNNING:
+        grid.add_row("progress", progress_cell(job.progress, now))
     for name in _FIELDS:
-        value = retry_text(job.retry) if name == "retry" else getattr(job, name)
-        grid.add_row(name.replace("_", " "), text(value))
+        grid.add_row(name.replace("_", " "), _field(job, name))
     for name in _TIMES:
         grid.add_row(name.replace("_", " "), when(getattr(job, name)))
+    if job.state != State.RUNNING and job.progress:
+        # What the last attempt said before it ended (a claim clears it).
+        grid.add_row("last progress report", progress_cell(job.progress, now, last=True))
     parts: list[RenderableType] = [grid, _section("args"), _pretty_json(job.args)]
     if job.context is not None:
         parts += [_section("context"), _pretty_json(job.context)]
     if job.state == State.SUCCEEDED or job.result is not None:
         parts += [_section("result"), _pretty_json(job.result)]
     if job.error:
-        parts += [_section("error"), error_text(job.error)]
+        parts += [_section("error"), error_text(job.error, job.timeout)]
     if job.errors:
-        parts += [_section(f"errors ({len(job.errors)})"), errors_table(job.errors)]
+        parts += [_section(f"errors ({len(job.errors)})"), errors_table(job.errors, job.timeout)]
     if job.stages:
         parts += [_section(f"stages ({len(job.stages)})"), stages_table(job.stages)]
     return Group(*parts)
 
 
-def error_text(error: Mapping[str, Any]) -> Text:
-    line = Text(f"{error.get('type', 'error')}: {error.get('message', '')}", style="red")
+def _field(job: Job, name: str) -> Text:
+    if name == "retry":
+        return text(retry_text(job.retry))
+    if name == "timeout":
+        return text(None if job.timeout is None else f"{job.timeout:g} s per attempt")
+    return text(getattr(job, name))
+
+
+def progress_cell(progress: Mapping[str, Any] | None, now: float, *, last: bool = False) -> Text:
+    """A progress report: ``4,000 / 10,000 (40%) — resizing, 3 s ago``; the ``last``
+    report of an attempt that ended says when it was made."""
+    if not progress:
+        return Text("none reported", style="dim")
+    shown = Text(progress_text(progress))
+    at = progress.get("at")
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return shown
+    if last:
+        shown.append(f", reported at {when(at)}", style="dim")
+    else:
+        age = max(now - at, 0.0)
+        shown.append(f", {age:.0f} s ago" if age < 60 else f", {seconds(age)} ago", style="dim")
+    return shown
+
+
+def error_text(error: Mapping[str, Any], timeout: float | None = None) -> Text:
+    line = Text(error_line(error, timeout), style="red")
+    if timed_out(error):  # stopped by the worker: no traceback, the type named once
+        line.append(f" ({error.get('type')})", style="dim red")
     details = [f"{k} {error[k]}" for k in ("attempt", "stage", "worker") if error.get(k)]
     if error.get("at"):
         details.append(f"at {when(error['at'])}")
@@ -234,14 +278,14 @@ def error_text(error: Mapping[str, Any]) -> Text:
     return line
 
 
-def errors_table(errors: Iterable[Mapping[str, Any]]) -> Table:
+def errors_table(errors: Iterable[Mapping[str, Any]], timeout: float | None = None) -> Table:
     table = _table()
     for name in ("attempt", "at", "worker", "error"):
         table.add_column(name, overflow="fold")
     for error in errors:
         table.add_row(
             text(error.get("attempt")), when(error.get("at")), text(error.get("worker")),
-            Text(f"{error.get('type', 'error')}: {error.get('message', '')}"),
+            Text(error_line(error, timeout)),
         )  # fmt: skip
     return table
 
@@ -282,8 +326,12 @@ def explanation_text(explanation: Explanation) -> Text:
             value = f"{value.get('type', 'error')}: {value.get('message', '')}"
         elif key == "stages" and isinstance(value, list):
             value = stages_text(value) or "-"
-        elif key.endswith(("_at", "_until")) and isinstance(value, int | float):
-            value = when(value)
+        elif key == "progress" and isinstance(value, Mapping):
+            value = f"{progress_text(value)}, reported at {when(value.get('at'))}"
+        elif key == "timeout" and isinstance(value, int | float):
+            value = f"{value:g} s"
+        elif key.endswith(("_at", "_until")) or key == "deadline":
+            value = when(value) if isinstance(value, int | float) else value
         shown = value if isinstance(value, str) else json.dumps(plain(value), ensure_ascii=False)
         out.append(f"\n{key}: {shown}", style="dim")
     return out

@@ -322,8 +322,8 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
 
 # -- enqueue -------------------------------------------------------------------
 
-_OPTION_NAMES = ("queue", "lane", "delay", "priority", "ttl", "ttr", "max_tries", "retry",
-                 "unique_key", "unique_for")  # fmt: skip
+_OPTION_NAMES = ("queue", "lane", "delay", "priority", "ttl", "ttr", "timeout", "max_tries",
+                 "retry", "unique_key", "unique_for")  # fmt: skip
 _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
 
 
@@ -336,6 +336,8 @@ _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
 @click.option("--priority", type=FiniteFloat(), help="Head start in seconds (may be negative).")
 @click.option("--ttl", type=FiniteFloat(), help="Seconds the job has to finish from now.")
 @click.option("--ttr", type=FiniteFloat(), help="Lease seconds per attempt [default: 60].")
+@click.option("--timeout", type=FiniteFloat(),
+              help="Time limit of each attempt in seconds [default: none].")  # fmt: skip
 @click.option("--max-tries", type=int, help="Attempts before the job is dead [default: 3].")
 @click.option("--retry", type=FiniteFloat(), metavar="N",
               help="Backoff: N>0 exponential capped at N s, N<0 fixed |N| s.")  # fmt: skip
@@ -443,12 +445,13 @@ def print_jobs(found: Sequence[Job], limit: int, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """Everything about one job: args, result, errors, stages, times."""
-    job = get_app(ctx, read_only=True).get_job(job_id)
+    """Everything about one job: args, result, errors, stages, times, progress."""
+    app = get_app(ctx, read_only=True)
+    job = app.get_job(job_id)
     if as_json:
         emit_json(job.to_dict())
     else:
-        show(_render.job_page(job))
+        show(_render.job_page(job, app.clock()))
 
 
 @jobs.command("explain")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +21,8 @@ HTTP_TASK = "lmstfy"
 #: How a server's id (the holder of the leases its HTTP consumers take) begins. A server
 #: writes no heartbeat of its own: HTTP consumers answer for their leases by ack or ttr.
 HTTP_HOLDER_PREFIX = "http:"
+#: The error type of an attempt stopped at its time limit (``ferryq.TimedOut``).
+TIMED_OUT = "TimedOut"
 #: The stores on which this process takes part in maintenance (a server does), so that
 #: expired leases are recovered whether or not a worker runs (see ``maintained_here``).
 _MAINTAINED: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -72,6 +76,62 @@ def utc_moment(ts: float) -> datetime | None:
 def unix_time(ts: float) -> str:
     """A time no calendar date can show, as its raw Unix seconds."""
     return f"Unix time {ts:g}"
+
+
+def timed_out(error: Mapping[str, Any] | None) -> bool:
+    """Whether ``error`` (an entry of ``Job.errors``) is an attempt stopped at its
+    time limit."""
+    return error is not None and error.get("type") == TIMED_OUT
+
+
+def error_line(error: Mapping[str, Any], timeout: float | None) -> str:
+    """An error on one line: ``Type: message``, or ``timed out after S s`` for an
+    attempt stopped at its time limit (``timeout``, the job's)."""
+    if timed_out(error):
+        return "timed out" if timeout is None else f"timed out after {timeout:g} s"
+    return f"{error.get('type', 'error')}: {error.get('message', '')}"
+
+
+def amount(value: Any) -> str:
+    """A number from a progress report as people read it: ``4,000``, ``2.5``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return printable(str(value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+
+
+def progress_fraction(progress: Mapping[str, Any] | None) -> float | None:
+    """``done / total`` of a report that has a positive total, else None."""
+    if not progress:
+        return None
+    done, total = progress.get("done"), progress.get("total")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (done, total))
+    if not numbers or not total or total <= 0 or not math.isfinite(done / total):
+        return None
+    return float(done / total)
+
+
+def progress_text(progress: Mapping[str, Any], *, note: bool = True) -> str:
+    """A progress report on one line: ``4,000 / 10,000 (40%) — resizing``; a report
+    without a total is its count alone. ``at`` is left to the caller."""
+    done, total = progress.get("done"), progress.get("total")
+    text = amount(done) if total is None else f"{amount(done)} / {amount(total)}"
+    fraction = progress_fraction(progress)
+    if fraction is not None:
+        text += f" ({math.floor(fraction * 100):d}%)"
+    said = progress.get("note")
+    if note and said:
+        text += f" — {printable(str(said))}"
+    return text
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (a newline, an escape sequence) written as
+    escapes: a job's note stays on its line and cannot drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def maintained_here(store: Store, maintained: bool = True) -> None:
@@ -135,8 +195,11 @@ def _explain_terminal(job: Job) -> Explanation:
         return _say(job, "expired", f"expired at {finished}: its ttl passed before it could run",
                     expires_at=job.expires_at)  # fmt: skip
     message = (job.error or {}).get("message", "unknown error")
+    if timed_out(job.error):
+        assert job.error is not None
+        message = error_line(job.error, job.timeout)
     return _say(job, "dead", f"dead since {finished} after {job.attempts} attempt(s): {message}",
-                error=job.error)  # fmt: skip
+                error=job.error, timeout=job.timeout)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +230,10 @@ async def _lease_keepers(store: Store, job: Job, now: float) -> _Keepers:
 
 
 def _explain_running(job: Job, keepers: _Keepers, now: float) -> Explanation:
+    deadline = attempt_deadline(job)
     data = {"worker": job.worker, "lease_until": job.lease_until, "fence": job.fence,
-            **keepers.data()}  # fmt: skip
+            **keepers.data(), "timeout": job.timeout, "deadline": deadline,
+            "progress": job.progress}  # fmt: skip
     expired = job.lease_until is not None and job.lease_until < now
     # A holder that stopped heartbeating does not finish the job: its lease must run out.
     gone = _holder_gone(job, keepers, now)
@@ -181,9 +246,40 @@ def _explain_running(job: Job, keepers: _Keepers, now: float) -> Explanation:
         ran_out = f"lease of worker {job.worker} ran out at {when(job.lease_until)}"
         parts = [ran_out, *(fate or [_recovery(keepers, after)])]
         return _say(job, "lease_expired", "; ".join(parts), **data)
-    leased = (f"leased by worker {job.worker} until {when(job.lease_until)} "
-              f"(attempt {job.attempts} of {job.max_tries}, fence {job.fence})")  # fmt: skip
-    return _say(job, "running", "; ".join([leased, *fate]), **data)
+    attempt = f"(attempt {job.attempts} of {job.max_tries}, fence {job.fence})"
+    leased = f"leased by worker {job.worker} until {when(job.lease_until)} {attempt}"
+    if deadline is not None:
+        leased = (f"{_time_limit(job, deadline, now)}; leased until {when(job.lease_until)} "
+                  f"{attempt}")  # fmt: skip
+    said = [leased]
+    if job.progress:
+        said.append(f"progress {_progress_report(job.progress, now)}")
+    return _say(job, "running", "; ".join([*said, *fate]), **data)
+
+
+def attempt_deadline(job: Job) -> float | None:
+    """When a running attempt's time limit passes: its handler's start (the claim's
+    time until the worker has written that) plus the job's timeout."""
+    start = job.started_at if job.started_at is not None else job.claimed_at
+    if job.timeout is None or start is None:
+        return None
+    return start + job.timeout
+
+
+def _time_limit(job: Job, deadline: float, now: float) -> str:
+    assert job.timeout is not None
+    start = f"running on worker {job.worker} since {when(deadline - job.timeout)}"
+    if deadline <= now:  # the handler has not stopped yet: a sync one in a C call, say
+        return (f"{start}, time limit {job.timeout:g} s: passed at {when(deadline)}, the "
+                "worker is stopping it")  # fmt: skip
+    return f"{start}, time limit {job.timeout:g} s: stopped at {when(deadline)} if still running"
+
+
+def _progress_report(progress: Mapping[str, Any], now: float) -> str:
+    at = progress.get("at")
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return progress_text(progress)
+    return f"{progress_text(progress)}, reported {max(now - at, 0.0):.0f} s ago"
 
 
 def _holder_gone(job: Job, keepers: _Keepers, now: float) -> str:
@@ -208,6 +304,12 @@ def _recovery(keepers: _Keepers, after: str) -> str:
 
 
 def _explain_not_due(job: Job) -> Explanation:
+    if timed_out(job.error) and job.attempts > 0:
+        limit = "" if job.timeout is None else f" (limit {job.timeout:g} s)"
+        return _say(job, "backoff",
+                    f"backing off until {when(job.run_at)} after it timed out{limit}: "
+                    f"attempt {job.attempts} of {job.max_tries} failed",
+                    run_at=job.run_at, error=job.error, timeout=job.timeout)  # fmt: skip
     if job.error is not None and job.attempts > 0:
         message = job.error.get("message", "")
         return _say(job, "backoff",

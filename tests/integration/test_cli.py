@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ import psycopg
 import pytest
 
 from ferryq.cli import WORKER_SWITCH_INTERVAL
+from ferryq.store import open_store
+from ferryq.store.base import Finish
 from tests.integration.volumes import fill, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +163,7 @@ def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
         ('"a string"', [], "ARGS_JSON"),
         ("42", [], "ARGS_JSON"),
         ("[]", ["--ttr", "0"], "--ttr"),
+        ("[]", ["--timeout", "0"], "--timeout"),
         ("[]", ["--max-tries", "0"], "--max-tries"),
         ("[]", ["--priority", "40000000"], "--priority"),
         ("[]", ["--delay", "-1"], "--delay"),
@@ -226,6 +232,100 @@ def test_jobs_show_and_explain(ferryq: Run) -> None:
     assert explained["state"] == "scheduled"
     assert explained["reason"] == "scheduled"
     assert "scheduled until" in ok(ferryq("jobs", "explain", str(job_id))).stdout
+
+
+def running_with_progress(url: str, job_id: int, report: dict[str, Any] | None) -> int:
+    """Claim the job as worker w1 does, with ``report`` stored as its attempt's last
+    progress (as a lease renewal writes it); the fence."""
+
+    async def claim() -> int:
+        store = open_store(url)
+        await store.open()
+        try:
+            (claimed,) = await store.job_claim("default", ["default"], 1, "w1", time.time())
+            assert claimed.id == job_id
+            progress = {} if report is None else {job_id: json.dumps(report)}
+            await store.job_leases([(job_id, claimed.fence)], [job_id], time.time(),
+                                   progress=progress)  # fmt: skip
+            return claimed.fence
+        finally:
+            await store.close()
+
+    return asyncio.run(claim())
+
+
+def finish_timed_out(url: str, job_id: int, fence: int) -> None:
+    """End the attempt as a worker does when its time limit passed, with no try left."""
+    error = {"type": "TimedOut", "message": "timed out: the attempt ran past its time limit "
+             "of 30 s and was stopped", "traceback": None, "attempt": 1, "stage": None,
+             "worker": "w1", "at": time.time()}  # fmt: skip
+
+    async def finish() -> None:
+        store = open_store(url)
+        await store.open()
+        try:
+            now = time.time()
+            await store.job_finish_many([Finish("dead", job_id, fence, now, now, error=error)])
+        finally:
+            await store.close()
+
+    asyncio.run(finish())
+
+
+def test_a_time_limit_and_progress_in_jobs_show_ls_and_explain(ferryq: Run, url: str) -> None:
+    job_id = enqueue(ferryq, "resize", '["a.png"]', "--timeout", "30", "--max-tries", "1")
+    assert job(ferryq, job_id)["timeout"] == 30
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert re.search(r"^timeout +30 s per attempt\s*$", page, re.M), page
+    assert "progress" not in page  # not running, and nothing reported
+    untimed = enqueue(ferryq, "resize", "[]", "--queue", "other")
+    assert job(ferryq, untimed)["timeout"] is None
+    assert re.search(r"^timeout +-\s*$", ok(ferryq("jobs", "show", str(untimed))).stdout, re.M)
+
+    report = {"done": 4000, "total": 10000, "note": "resizing", "at": time.time() - 3}
+    fence = running_with_progress(url, job_id, report)
+    shown = job(ferryq, job_id)
+    assert shown["state"] == "running" and shown["progress"] == report
+    assert shown["timeout"] == 30
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    running = r"^progress +4,000 / 10,000 \(40%\) — resizing, \d+ s ago\s*$"
+    assert re.search(running, page, re.M), page
+    [row] = [line for line in ok(ferryq("jobs", "ls")).stdout.splitlines() if "resize" in line
+             and line.split()[0] == str(job_id)]  # fmt: skip
+    assert row.rstrip().endswith("on w1: 4,000 / 10,000 (40%)"), row
+    explained = ok(ferryq("jobs", "explain", str(job_id))).stdout
+    assert "running on worker w1 since" in explained
+    assert "time limit 30 s: stopped at" in explained and "if still running" in explained
+    assert "progress 4,000 / 10,000 (40%) — resizing, reported" in explained
+    assert "timeout: 30 s" in explained
+    data = as_json(ferryq("jobs", "explain", str(job_id), "--json"))["data"]
+    assert data["timeout"] == 30 and data["progress"] == report
+    assert data["deadline"] == pytest.approx(shown["started_at"] + 30)
+
+    finish_timed_out(url, job_id, fence)
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert re.search(r"^timed out after 30 s \(TimedOut\)  \(attempt 1, worker w1, at ", page,
+                     re.M), page  # fmt: skip
+    assert re.search(r"^last progress report +4,000 / 10,000 \(40%\) — resizing, reported at "
+                     r"\d{4}-", page, re.M), page  # fmt: skip
+    assert re.search(r"^ *1 .* w1 +timed out after 30 s\s*$", page, re.M), page  # errors table
+    assert "dead" in ok(ferryq("jobs", "ls", "--state", "dead")).stdout
+    assert "timed out after 30 s" in ok(ferryq("dead", "ls")).stdout
+    assert ok(ferryq("jobs", "explain", str(job_id))).stdout.startswith(
+        f"job {job_id}: dead since "
+    )
+
+
+def test_a_running_job_without_a_report_or_with_a_count_alone(ferryq: Run, url: str) -> None:
+    job_id = enqueue(ferryq, "crawl", "[]")
+    running_with_progress(url, job_id, None)
+    page = ok(ferryq("jobs", "show", str(job_id))).stdout
+    assert re.search(r"^progress +none reported\s*$", page, re.M), page
+    other = enqueue(ferryq, "crawl", "[]")
+    running_with_progress(url, other, {"done": 17, "total": None, "note": None,
+                                       "at": time.time()})  # fmt: skip
+    page = ok(ferryq("jobs", "show", str(other))).stdout
+    assert re.search(r"^progress +17, \d+ s ago\s*$", page, re.M), page
 
 
 def store_times(url: str, job_id: int, **times: float) -> None:
@@ -638,6 +738,7 @@ def test_an_unknown_sqlite_url_option_is_refused(ferryq: Run, tmp_path: Path, qu
         (["enqueue", "send", "[]"], "--priority"),
         (["enqueue", "send", "[]"], "--ttl"),
         (["enqueue", "send", "[]"], "--ttr"),
+        (["enqueue", "send", "[]"], "--timeout"),
         (["enqueue", "send", "[]"], "--retry"),
         (["enqueue", "send", "[]", "--unique-key", "k"], "--unique-for"),
         (["worker", TASKS, "--burst"], "--grace"),

@@ -47,7 +47,7 @@ async def test_stages_carry_their_context_and_keep_a_history(
         (None, "next", 1), ("transcode", "next", 1), ("publish", "succeeded", 1),
     ]  # fmt: skip
     assert all(r["started_at"] == r["finished_at"] == clock.now for r in job.stages)
-    page = rendered(_render.job_page(job))
+    page = rendered(_render.job_page(job, clock.now))
     assert "stages (3)" in page and "transcode" in page and "succeeded" in page
     explained = await app.explain_async(handle.id)
     assert explained.message.startswith(f"job {handle.id} (stage 3, 'publish'): succeeded")

@@ -450,6 +450,36 @@ def test_cancel_of_a_running_job_asks_its_worker(v1: V1) -> None:
     assert v1.http.get("/workers").json() == {"workers": []}  # the burst worker has left
 
 
+def test_a_time_limit_and_progress_in_get_and_explain(v1: V1) -> None:
+    job_id = v1.enqueue("resize", ["a.png"], timeout=30)
+    job = v1.job(job_id)
+    assert job["timeout"] == 30 and job["progress"] is None
+    assert v1.job(v1.enqueue("resize", queue="other"))["timeout"] is None
+    assert v1.explain(job_id)["data"] == {"queue": "default"}  # ready: nothing about either
+    report = {"done": 4000, "total": 10000, "note": "resizing", "at": time.time()}
+
+    async def claim_and_report() -> None:  # as a worker does, with a lease renewal
+        store = open_store(v1.server.url)
+        await store.open()
+        try:
+            (claimed,) = await store.job_claim(v1.namespace, ["default"], 1, "w1", time.time())
+            await store.job_leases([(job_id, claimed.fence)], [job_id], time.time(),
+                                   progress={job_id: json.dumps(report)})  # fmt: skip
+        finally:
+            await store.close()
+
+    asyncio.run(claim_and_report())
+    job = v1.job(job_id)
+    assert job["state"] == "running" and job["progress"] == report and job["timeout"] == 30
+    explained = v1.explain(job_id)
+    assert explained["reason"] == "running"
+    assert "time limit 30 s: stopped at" in explained["message"]
+    assert "progress 4,000 / 10,000 (40%) — resizing, reported" in explained["message"]
+    data = explained["data"]
+    assert data["timeout"] == 30 and data["progress"] == report
+    assert data["deadline"] == pytest.approx(job["started_at"] + 30)
+
+
 # -- many jobs -------------------------------------------------------------------------
 
 
