@@ -102,7 +102,8 @@ class Dashboard:
         )  # fmt: skip
         self.env.globals.update(when=insights.when, ago=views.ago, pretty=views.pretty,
                                 brief=views.brief, seconds=views.seconds, base=base,
-                                states=views.STATES, nav=NAV)  # fmt: skip
+                                states=views.STATES, nav=NAV, error_line=insights.error_line,
+                                progress=views.progress)  # fmt: skip
         self.overviews = Overviews(engine.app.url, engine.now)
         self._failures = asyncio.Lock()
 

@@ -198,7 +198,7 @@ class Event:
     at: float
     what: str
     detail: str = ""
-    kind: str = "info"  # info, ok, fail, dead: how the line is marked
+    kind: str = "info"  # info, ok, fail, timeout, dead: how the line is marked
     traceback: str | None = None
 
 
@@ -218,11 +218,15 @@ def timeline(job: Job) -> list[Event]:
         final = job.state == State.DEAD and number == len(job.errors)
         attempt = error.get("attempt", "?")
         stage = f" (stage {error['stage']})" if error.get("stage") else ""
-        what = f"attempt {attempt}{stage} failed" + (", no tries left: dead" if final else "")
-        detail = f"{error.get('type', 'Error')}: {error.get('message', '')}"
+        stopped = insights.timed_out(error)
+        ended = insights.error_line(error, job.timeout) if stopped else "failed"
+        what = f"attempt {attempt}{stage} {ended}" + (", no tries left: dead" if final else "")
+        detail = (f"{error.get('type')}: stopped at its time limit" if stopped
+                  else f"{error.get('type', 'Error')}: {error.get('message', '')}")  # fmt: skip
         if error.get("worker"):
             detail += f" — worker {error['worker']}"
-        events.append(Event(at, what, detail, "dead" if final else "fail", error.get("traceback")))
+        kind = "dead" if final else "timeout" if stopped else "fail"
+        events.append(Event(at, what, detail, kind, error.get("traceback")))
     if job.claimed_at is not None:
         who = f"worker {job.worker}" if job.worker else "a worker"
         events.append(Event(job.claimed_at, f"attempt {job.attempts} claimed",
@@ -231,12 +235,41 @@ def timeline(job: Job) -> list[Event]:
         events.append(Event(job.started_at, f"attempt {job.attempts} started"))
     if job.state == State.RUNNING and job.lease_until is not None:
         events.append(Event(job.lease_until, "lease runs out", "unless the worker renews it"))
+    if job.state == State.RUNNING and (deadline := insights.attempt_deadline(job)) is not None:
+        events.append(Event(deadline, "time limit passes",
+                            "the worker stops the attempt if it still runs"))  # fmt: skip
     if job.terminal and job.finished_at is not None and job.state != State.DEAD:
         kind = "ok" if job.state == State.SUCCEEDED else "dead"
         events.append(Event(job.finished_at, str(job.state), "", kind))
     if job.state == State.DEAD and job.finished_at is not None and not job.errors:
         events.append(Event(job.finished_at, "dead", "", "dead"))
     return sorted(events, key=lambda e: e.at)
+
+
+@dataclass(slots=True)
+class Progress:
+    """A job's progress report as its page shows it: a bar when it has a total."""
+
+    text: str  # "4,000 / 10,000 (40%)", the note apart
+    note: str | None
+    at: float | None
+    fraction: float | None  # done / total, for the bar; None without a total
+    last: bool  # the report of an attempt that ended, not of a running one
+
+
+def progress(job: Job) -> Progress | None:
+    report = job.progress
+    if not report:
+        return None
+    at = report.get("at")
+    note = report.get("note")
+    fraction = insights.progress_fraction(report)
+    return Progress(
+        insights.progress_text(report, note=False), None if note is None else str(note),
+        at if isinstance(at, int | float) and not isinstance(at, bool) else None,
+        None if fraction is None else min(max(fraction, 0.0), 1.0),
+        job.state != State.RUNNING,
+    )  # fmt: skip
 
 
 def _enqueue_detail(job: Job) -> str:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
 import pytest
 from playwright.sync_api import Page, expect
 
 import ferryq
+from ferryq.store import Store, open_store
+from ferryq.store.base import Finish
 from tests.dashboard.conftest import Dash
-from tests.dashboard.story import OTHER_NAMESPACE, PAGED, BlockingWorker, fresh_namespace, tasks
+from tests.dashboard.story import (
+    OTHER_NAMESPACE,
+    PAGED,
+    SCRIPT,
+    BlockingWorker,
+    fresh_namespace,
+    tasks,
+)
+
+T = TypeVar("T")
 
 
 def test_overview_counts_charts_and_dead_letters(admin: Page, dash: Dash) -> None:
@@ -114,6 +132,98 @@ def test_job_page_updates_live_without_a_reload(admin: Page, dash: Dash) -> None
         expect(admin.locator("#live-status")).to_contain_text("live")
     finally:
         app.close()
+
+
+def _in_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own thread: the browser's loop holds this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def _claim_and_report(url: str, namespace: str, job_id: int, report: dict[str, Any]) -> int:
+    """Claim the job as worker w1 and store ``report`` as its progress, as a lease
+    renewal does; the fence."""
+    store = open_store(url)
+    await store.open()
+    try:
+        (claimed,) = await store.job_claim(namespace, ["default"], 1, "w1", time.time())
+        assert claimed.id == job_id
+        await _report(store, job_id, claimed.fence, report)
+        return claimed.fence
+    finally:
+        await store.close()
+
+
+async def _report(store: Store, job_id: int, fence: int, report: dict[str, Any]) -> None:
+    leases = await store.job_leases([(job_id, fence)], [job_id], time.time(),
+                                    progress={job_id: json.dumps(report)})  # fmt: skip
+    assert leases.extended == [job_id]
+
+
+async def _report_again(url: str, job_id: int, fence: int, report: dict[str, Any]) -> None:
+    store = open_store(url)
+    await store.open()
+    try:
+        await _report(store, job_id, fence, report)
+    finally:
+        await store.close()
+
+
+async def _time_out(url: str, job_id: int, fence: int) -> None:
+    """End the attempt as the worker does when its time limit passed: a retry."""
+    store = open_store(url)
+    await store.open()
+    now = time.time()
+    error = {"type": "TimedOut", "message": "timed out: the attempt ran past its time limit "
+             "of 30 s and was stopped", "traceback": None, "attempt": 1, "stage": None,
+             "worker": "w1", "at": now}  # fmt: skip
+    try:
+        await store.job_finish_many([Finish("retry", job_id, fence, now, now - 30, error=error,
+                                            run_at=now + 3600, order_time=now + 3600)])  # fmt: skip
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("dash", ["sqlite"], indirect=True)  # the same on every backend
+def test_job_page_shows_the_time_limit_and_live_progress_with_its_note_as_text(
+    admin: Page, dash: Dash
+) -> None:
+    namespace, url = fresh_namespace(), dash.story.url
+    app = ferryq.App(url, namespace=namespace)
+    try:
+        job_id = app.enqueue("resize", ["a.png"], timeout=30).id
+    finally:
+        app.close()
+    report = {"done": 4000, "total": 10000, "note": SCRIPT, "at": time.time()}
+    fence = _in_thread(_claim_and_report(url, namespace, job_id, report))
+    admin.goto(dash.url(f"/ui/jobs/{job_id}"))
+    expect(admin.locator("h1 .state")).to_have_text("running")
+    expect(admin.locator("#timeout")).to_have_text("30.0 s per attempt")
+    expect(admin.locator("#progress progress")).to_have_attribute("value", "0.4")
+    expect(admin.locator("#progress .count")).to_have_text("4,000 / 10,000 (40%)")
+    expect(admin.locator("#progress-note")).to_have_text(SCRIPT)
+    expect(admin.locator("#explain")).to_contain_text("time limit 30 s: stopped at")
+    expect(admin.locator("#timeline")).to_contain_text("time limit passes")
+    assert admin.locator("#live script, #live img").count() == 0
+    dash.shot(admin, "job-progress")
+
+    admin.evaluate("window.__sameDocument = true")
+    _in_thread(_report_again(url, job_id, fence, {**report, "done": 9000, "note": "almost"}))
+    expect(admin.locator("#progress .count")).to_have_text("9,000 / 10,000 (90%)")
+    expect(admin.locator("#progress progress")).to_have_attribute("value", "0.9")
+    expect(admin.locator("#progress-note")).to_have_text("almost")
+
+    _in_thread(_time_out(url, job_id, fence))
+    expect(admin.locator("h1 .state")).to_have_text("scheduled")
+    expect(admin.locator("#timeline li.t-timeout")).to_contain_text(
+        "attempt 1 timed out after 30 s"
+    )
+    expect(admin.locator("#error")).to_have_text("timed out after 30 s")
+    expect(admin.locator("#explain")).to_contain_text("after it timed out (limit 30 s)")
+    expect(admin.locator("#progress")).to_contain_text("9,000 / 10,000 (90%) — almost")
+    expect(admin.locator("#progress progress")).to_have_count(0)  # a bar for a running job only
+    assert admin.evaluate("window.__sameDocument") is True
+    assert admin.evaluate("window.__injected") is None
 
 
 def test_workers_page_shows_live_workers_and_their_jobs(admin: Page, dash: Dash) -> None:

@@ -87,6 +87,30 @@ def test_the_timeline_puts_attempts_and_stages_in_order() -> None:
     assert events[2].traceback == "Traceback…"
 
 
+def test_timed_out_attempts_and_the_time_limit_in_the_timeline() -> None:
+    timed_out = {**failure(NOW - 30, 1, "TimedOut"), "traceback": None}
+    dead = job(9, State.DEAD, created_at=NOW - 100, run_at=NOW - 100, attempts=2, timeout=30.0,
+               errors=[timed_out, {**timed_out, "attempt": 2, "at": NOW - 5}],
+               finished_at=NOW - 5)  # fmt: skip
+    events = [(e.what, e.kind) for e in views.timeline(dead)]
+    assert events == [
+        ("enqueued", "info"), ("attempt 1 timed out after 30 s", "timeout"),
+        ("attempt 2 timed out after 30 s, no tries left: dead", "dead"),
+    ]  # fmt: skip
+    assert views.timeline(dead)[1].detail == "TimedOut: stopped at its time limit — worker w1"
+    running = job(10, State.RUNNING, created_at=NOW - 10, run_at=NOW - 10, attempts=1,
+                  claimed_at=NOW - 9, started_at=NOW - 8, lease_until=NOW + 50, timeout=30.0,
+                  progress={"done": 3, "total": None, "note": None, "at": NOW - 1})  # fmt: skip
+    assert ("time limit passes", NOW + 22) in [(e.what, e.at) for e in views.timeline(running)]
+    shown = views.progress(running)
+    assert shown is not None and shown.text == "3" and shown.fraction is None
+    assert not shown.last and shown.at == NOW - 1
+    over = views.progress(job(11, State.SUCCEEDED, progress={"done": 12, "total": 10}))
+    assert over is not None and over.text == "12 / 10 (120%)" and over.fraction == 1.0
+    assert over.last
+    assert views.progress(job(12, State.RUNNING)) is None
+
+
 def test_charts_escape_their_text_and_hold_only_numbers() -> None:
     jobs = [job(1, State.SUCCEEDED, finished_at=NOW - 5, claimed_at=NOW - 6, run_at=NOW - 8)]
     tally = views.tally(jobs, SINCE, NOW, SINCE)
