@@ -9,9 +9,8 @@ from ferryq.job import State
 from ferryq.store import open_store
 from ferryq.store.base import Finish
 from ferryq.store.sql import split_script
-from ferryq.store.sqlite import store as sqlite_store
 from ferryq.store.sqlite.queries import MIGRATIONS
-from tests.conformance.jobs import NS, new_job
+from tests.conformance.jobs import NS
 from tests.conftest import START
 
 
@@ -34,27 +33,42 @@ async def test_history_keeps_every_job_when_it_is_rekeyed_in_finish_order(
 ) -> None:
     path = tmp_path / "old.db"
     conn = migrated_to(path, 6)
-    # Written as version 6 wrote them: three jobs, two finished out of id order.
+    # Written as version 6 wrote them, in its columns: three jobs, two finished out of
+    # id order (3 succeeded, then 1 died), the other one running.
     conn.execute("BEGIN IMMEDIATE")
-    ids = [row.id for row in sqlite_store._insert_many(conn, new_job(START), ["[1]", "[2]", "[3]"])]
-    claimed = {c.id: c for c in sqlite_store._claim(conn, NS, ["default"], 3, "w", START)}
-    finishes = [
-        Finish("succeeded", ids[2], claimed[ids[2]].fence, START + 1, START, result="3"),
-        Finish("dead", ids[0], claimed[ids[0]].fence, START + 2, START, error={"message": "x"}),
-    ]
-    sqlite_store._finish_many(conn, finishes)
-    before = {i: sqlite_store._get(conn, i) for i in ids}
+    for n in (1, 2, 3):
+        conn.execute(
+            "INSERT INTO ferryq_jobs (id, namespace, queue, task, args, state, run_at, "
+            "order_time, ttr, max_tries, created_at) "
+            "VALUES (?, ?, 'default', 't', ?, 'ready', ?, ?, 60, 3, ?)",
+            (n, NS, f"[{n}]", START, START, START),
+        )
+    conn.execute("UPDATE ferryq_jobs SET state = 'running', attempts = 1, fence = 1, "
+                 "claimed_at = ?, started_at = ?, lease_until = ?, worker = 'w'",
+                 (START, START, START + 60))  # fmt: skip
+    for job_id, state, finished_at, result, error in (
+        (3, "succeeded", START + 1, "3", None), (1, "dead", START + 2, None, '{"message": "x"}')
+    ):  # fmt: skip
+        conn.execute("INSERT INTO ferryq_history SELECT * FROM ferryq_jobs WHERE id = ?",
+                     (job_id,))  # fmt: skip
+        conn.execute("UPDATE ferryq_history SET state = ?, finished_at = ?, result = ?, "
+                     "error = ?, lease_until = NULL WHERE id = ?",
+                     (state, finished_at, result, error, job_id))  # fmt: skip
+        conn.execute("DELETE FROM ferryq_jobs WHERE id = ?", (job_id,))
     conn.execute("COMMIT")
     conn.close()
+    ids = [1, 2, 3]
 
     store = open_store(f"sqlite:///{path}")
     await store.open()
     try:
         assert await store.schema_version() == len(MIGRATIONS)
-        assert {i: await store.job_get(i) for i in ids} == before
-        await store.job_finish_many(
-            [Finish("succeeded", ids[1], claimed[ids[1]].fence, START + 3, START)]
-        )
+        jobs = {i: await store.job_get(i) for i in ids}
+        assert {i: (j.state, j.result, j.error, j.fence) for i, j in jobs.items() if j} == {
+            1: (State.DEAD, None, {"message": "x"}, 1), 2: (State.RUNNING, None, None, 1),
+            3: (State.SUCCEEDED, 3, None, 1),
+        }  # fmt: skip
+        await store.job_finish_many([Finish("succeeded", ids[1], 1, START + 3, START)])
         finished = await store.job_get(ids[1])
         assert finished is not None and finished.state == State.SUCCEEDED
         # The history written before migration 0008 is counted, then folded.
