@@ -14,7 +14,7 @@ overview waits for its counts of the whole history; later ones are served from t
 last computed overview while it is recomputed in the background.
 
 PostgreSQL is FERRYQ_BENCH_PG_URL (an admin URL on a server of yours) or a throwaway
-cluster from the machine's binaries, as ``bench.postgres_throughput`` does.
+cluster from the machine's binaries made durable (``bench.pg_cluster``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import asyncpg
 import httpx
 
 import ferryq
-from bench.postgres_throughput import cluster
+from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 from tests.server.harness import running_server
 

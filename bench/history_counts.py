@@ -11,8 +11,8 @@ partition is still read whole (a day is folded an hour after it ends); SQLite fo
 everything.
 The fold's own time is shown too (done once, by maintenance, a step per tick).
 
-PostgreSQL comes from FERRYQ_BENCH_PG_URL or a throwaway cluster, as in
-bench/postgres_throughput.py.
+PostgreSQL comes from FERRYQ_BENCH_PG_URL or a throwaway cluster made durable
+(bench/pg_cluster.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import asyncpg
 
 import ferryq
-from bench.postgres_throughput import cluster
+from bench.pg_cluster import cluster
 from ferryq.store import Store, open_store
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.testing import drain

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from urllib.parse import urlsplit
 
 from bench.ferryq_runs import median
-from bench.postgres_throughput import cluster
+from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 
 NAMESPACE = "bench"

@@ -20,8 +20,8 @@ measurement on a fresh database, each figure the median of ``--rounds`` runs:
   0.8x). An empty lane beside the backlog is shown for reference: it separates the
   lane's length from the table's size.
 
-PostgreSQL comes from FERRYQ_BENCH_PG_URL or a throwaway cluster, as in
-bench/postgres_throughput.py.
+PostgreSQL comes from FERRYQ_BENCH_PG_URL or a throwaway cluster made durable
+(bench/pg_cluster.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import ferryq
 from bench import ferryq_runs as runs
 from bench import ferryq_tasks
-from bench.postgres_throughput import cluster
+from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 
 SINGLES = 2_000  # single-job enqueues per enqueue measurement

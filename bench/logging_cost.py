@@ -32,7 +32,7 @@ def _urls(backend: str, workdir: pathlib.Path) -> Iterator[Callable[[], str]]:
     if backend == "sqlite":
         yield lambda: f"sqlite:///{tempfile.mkdtemp(dir=workdir)}/bench.db"
         return
-    from bench.postgres_throughput import cluster
+    from bench.pg_cluster import cluster
     from tests.pg import fresh_database
 
     with cluster() as pg, contextlib.ExitStack() as databases:

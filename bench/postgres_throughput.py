@@ -4,8 +4,9 @@
                                         [--loaded N] [--peers pgqueuer,procrastinate]
 
 One local PostgreSQL serves every queue: FERRYQ_BENCH_PG_URL (an admin URL on a
-server of yours) or a throwaway cluster started from the machine's binaries, as the
-tests do. Every measurement gets a fresh database. Figures: batched enqueue (1,000 a
+server of yours) or a throwaway cluster started from the machine's binaries as the
+tests do, then made durable (fsync, synchronous_commit and full_page_writes on; see
+bench/pg_cluster.py). Every measurement gets a fresh database. Figures: batched enqueue (1,000 a
 transaction), drain by one consumer process, pickup latency at light load, and
 ferryq's drain again once its tables hold ``--loaded`` ready, delayed and finished
 jobs each. Each figure is the median of ``--rounds`` runs.
@@ -15,42 +16,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
-import os
 import pathlib
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import asyncpg
 
 import ferryq
 from bench import ferryq_runs as runs
-from tests.pg import ExternalCluster, LocalCluster, PgCluster, find_server_bindir, fresh_database
+from bench.pg_cluster import cluster
+from tests.pg import PgCluster, fresh_database
 
 T = TypeVar("T")
 #: Procrastinate drains a few hundred jobs a second here: it gets fewer jobs.
 SLOW_PEER_JOBS = 5_000
-
-
-@contextlib.contextmanager
-def cluster() -> Iterator[PgCluster]:
-    url = os.environ.get("FERRYQ_BENCH_PG_URL")
-    if url:
-        yield ExternalCluster(url)
-        return
-    bindir = find_server_bindir()
-    if bindir is None:
-        raise SystemExit("no PostgreSQL binaries: install postgresql or set FERRYQ_BENCH_PG_URL")
-    local = LocalCluster(bindir)
-    local.create()
-    try:
-        yield local
-    finally:
-        local.destroy()
 
 
 def preload(url: str, rows: int) -> None:

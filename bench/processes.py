@@ -11,7 +11,7 @@ to do several jobs' work at once. Each drain starts from a fresh
 database filled beforehand; the rate is ``(n - 1) / (last start - first start)`` from
 the handlers' own clocks, so start-up is excluded (as in bench/ferryq_runs.py). The
 figures are medians of ``--rounds`` rounds, each measuring both in turn. PostgreSQL:
-FERRYQ_BENCH_PG_URL, or a throwaway cluster (bench/postgres_throughput.py).
+FERRYQ_BENCH_PG_URL, or a durable throwaway cluster (bench/pg_cluster.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 import ferryq
 from bench import ferryq_runs as runs
 from bench.ferryq_tasks import TICKS_ENV
-from bench.postgres_throughput import cluster
+from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
