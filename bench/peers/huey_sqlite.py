@@ -27,8 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from huey import SqliteHuey
+from huey.storage import SqliteStorage
+
+from bench import calls
 
 _DB_ENV = "BENCH_HUEY_DB"
 _TICKS_ENV = "BENCH_HUEY_TICKS"
@@ -166,6 +170,62 @@ def pickup_latency(samples: int, workdir: pathlib.Path) -> tuple[float, float]:
     lat = sorted((s - e) * 1000 for s, e in zip(started, enqueued, strict=True))
     q = statistics.quantiles(lat, n=100, method="inclusive")
     return q[49], q[98]
+
+
+class _SynchronousStorage(SqliteStorage):  # type: ignore[misc]  # huey ships no type hints
+    """``SqliteStorage`` at any ``synchronous``: huey's own ``fsync`` option only sets
+    FULL (True) or OFF (False), and its default (None) sets nothing, which leaves the
+    SQLite build's default (FULL for the stdlib's SQLite here: read it back with
+    :func:`default_synchronous`)."""
+
+    def __init__(self, *args: Any, synchronous: str, **kwargs: Any) -> None:
+        self._synchronous = synchronous
+        super().__init__(*args, **kwargs)
+
+    def _create_connection(self) -> Any:
+        conn = super()._create_connection()
+        conn.execute(f"pragma synchronous = {self._synchronous}")
+        return conn
+
+
+def _enqueuing_huey(db: pathlib.Path, synchronous: str | None) -> SqliteHuey:
+    """A SqliteHuey on ``db`` at ``synchronous`` (None: huey's default settings)."""
+    if synchronous is None:
+        return SqliteHuey("enqueue", filename=str(db))
+    return SqliteHuey("enqueue", filename=str(db), storage_class=_SynchronousStorage,
+                      synchronous=synchronous)  # fmt: skip
+
+
+def default_synchronous(workdir: pathlib.Path) -> str:
+    """``PRAGMA synchronous`` of a SqliteHuey made with huey's defaults, as read back."""
+    db = pathlib.Path(tempfile.mkdtemp(prefix="huey-", dir=workdir)) / "huey.db"
+    queue = _enqueuing_huey(db, None)
+    try:
+        with queue.storage.db() as cursor:
+            level = cursor.execute("pragma synchronous").fetchone()[0]
+    finally:
+        queue.storage.close()
+    return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(level, str(level))
+
+
+def enqueue_calls(n: int, workdir: pathlib.Path, *, threads: int, synchronous: str | None) -> float:
+    """Enqueues/s of ``n`` calls of a huey task, one job a call (each its own
+    ``begin exclusive`` ... commit), from one thread in a loop or from ``threads``
+    threads at once, on a fresh database at ``synchronous`` (None: huey's default).
+    A SqliteHuey has one connection behind a lock: its threads take turns."""
+    db = pathlib.Path(tempfile.mkdtemp(prefix="huey-", dir=workdir)) / "huey.db"
+    queue = _enqueuing_huey(db, synchronous)
+
+    @queue.task()  # type: ignore[untyped-decorator]
+    def noop(x: int) -> None:
+        """Enqueued only: no consumer runs here."""
+
+    try:
+        if threads == 1:
+            return calls.loop(noop, n)
+        return calls.threads([noop] * threads, n)
+    finally:
+        queue.storage.close()
 
 
 def _main() -> None:

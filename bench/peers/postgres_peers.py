@@ -36,6 +36,8 @@ from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench import calls
+
 _TICKS_ENV = "BENCH_PG_PEER_TICKS"
 _LINE = 18  # len(b"%017.6f\n" % time.time())
 _BATCH = 1_000
@@ -47,6 +49,9 @@ _USAGE = "usage: consume pgqueuer|procrastinate DSN [SETTING] | selftest ADMIN_D
 # procrastinate_drain for the sweeps); the pickup measurements use them too.
 PGQUEUER_BATCH_SIZE = 500
 PROCRASTINATE_CONCURRENCY = 5
+#: Connections of the pool that concurrent single enqueues share (one for a loop).
+ENQUEUE_CONNECTIONS = 16
+_NOOP = "bench_noop"  # the task that one-job enqueues name: one int argument
 
 _Enqueue = Callable[[int], Awaitable[None]]  # enqueue k no-op jobs, 1,000 per call
 _Rate = Callable[[str, int], float]
@@ -70,6 +75,10 @@ async def pgqueuer_task(job: Any) -> None:
 async def procrastinate_task() -> None:
     """Procrastinate task ``bench_tick``: no-op, records its start time."""
     _tick()
+
+
+async def procrastinate_noop(x: int) -> None:
+    """Procrastinate task ``bench_noop``: enqueued only, never run here."""
 
 
 async def _pgq_install(dsn: str) -> None:
@@ -120,6 +129,7 @@ def _proc_app(dsn: str, pool_size: int = 4) -> Any:
     connector = procrastinate.PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size)
     app = procrastinate.App(connector=connector)
     app.task(name=_TASK)(procrastinate_task)
+    app.task(name=_NOOP)(procrastinate_noop)
     return app
 
 
@@ -305,6 +315,52 @@ def pgqueuer_pickup(dsn: str, samples: int) -> tuple[float, float]:
 def procrastinate_pickup(dsn: str, samples: int) -> tuple[float, float]:
     """(p50, p99) ms enqueue-to-start for an idle Procrastinate worker; see ``_pickup``."""
     return _pickup(_PROC, dsn, samples)
+
+
+async def _pgq_calls(dsn: str, n: int, callers: int) -> float:
+    import asyncpg
+    from pgqueuer import Queries  # type: ignore[import-not-found, unused-ignore]
+
+    await _pgq_install(dsn)
+    if callers == 1:
+        conn = await asyncpg.connect(dsn)
+        try:
+            one = Queries.from_asyncpg_connection(conn)
+            return await calls.loop_async(lambda i: one.enqueue(_NOOP, b"%d" % i), n)
+        finally:
+            await conn.close()
+    size = ENQUEUE_CONNECTIONS
+    async with asyncpg.create_pool(dsn, min_size=size, max_size=size) as pool:
+        shared = Queries.from_asyncpg_pool(pool)
+        return await calls.gather([lambda i: shared.enqueue(_NOOP, b"%d" % i)] * callers, n)
+
+
+async def _proc_calls(dsn: str, n: int, callers: int) -> float:
+    await _proc_install(dsn)
+    pool = 1 if callers == 1 else ENQUEUE_CONNECTIONS
+    async with _proc_app(dsn, pool_size=pool).open_async() as app:
+        task = app.tasks[_NOOP]
+
+        def call(i: int) -> Awaitable[int]:
+            return task.defer_async(x=i)  # type: ignore[no-any-return]
+
+        if callers == 1:
+            return await calls.loop_async(call, n)
+        return await calls.gather([call] * callers, n)
+
+
+def pgqueuer_enqueue_calls(dsn: str, n: int, callers: int) -> float:
+    """Jobs/s of ``n`` ``Queries.enqueue(entrypoint, payload)`` calls, one job (one
+    autocommit INSERT) each: one coroutine on one connection in a loop, or ``callers``
+    coroutines at once sharing a pool of ENQUEUE_CONNECTIONS connections."""
+    return asyncio.run(_pgq_calls(dsn, n, callers))
+
+
+def procrastinate_enqueue_calls(dsn: str, n: int, callers: int) -> float:
+    """Jobs/s of ``n`` ``await task.defer_async(x=i)`` calls, one job each: one
+    coroutine in a loop on a pool of one connection, or ``callers`` coroutines at once
+    sharing a pool of ENQUEUE_CONNECTIONS connections."""
+    return asyncio.run(_proc_calls(dsn, n, callers))
 
 
 @contextlib.contextmanager
