@@ -1,9 +1,12 @@
 """Peer figures for huey's ``SqliteHuey`` backend, measured on this machine.
 
-Both functions run one ``huey_consumer`` in a separate OS process against a fresh
-SQLite file inside ``workdir``. The consumer imports this module (it must be
-importable as ``bench.peers.huey_sqlite``, i.e. the repo root is on ``sys.path``),
-and finds its database and tick file through environment variables.
+``drain_throughput`` and ``pickup_latency`` run one ``huey_consumer`` in a separate OS
+process against a fresh SQLite file inside ``workdir``, in WAL mode at synchronous FULL
+(``fsync=True``: a commit is on disk when it returns, as ferryq's with
+``?synchronous=full``). ``enqueue_calls`` times one job per task call, at any setting.
+The consumer imports this module (it must be importable as ``bench.peers.huey_sqlite``,
+i.e. the repo root is on ``sys.path``), and finds its database and tick file through
+environment variables.
 
 Every task runs :func:`tick`, which appends its start time (``time.time()``) as one
 fixed-width line to a tick file: an O_APPEND write of 18 bytes, which is safe across
@@ -40,8 +43,10 @@ _LINE = 18  # len(b"%017.6f\n" % time.time())
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # The consumer gets its database from the environment. The parent process swaps in
-# a storage for its own fresh file (see _attach); ":memory:" creates no file.
-huey = SqliteHuey("bench", filename=os.environ.get(_DB_ENV, ":memory:"))
+# a storage for its own fresh file (see _attach); ":memory:" creates no file. fsync=True
+# is synchronous FULL; huey's default (fsync=None) sets no pragma and leaves SQLite's
+# build default, FULL for the stdlib's SQLite here too (see default_synchronous).
+huey = SqliteHuey("bench", filename=os.environ.get(_DB_ENV, ":memory:"), fsync=True)
 
 
 @huey.task()  # type: ignore[untyped-decorator]  # huey ships no type hints
@@ -60,7 +65,7 @@ def _attach(workdir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     run = pathlib.Path(tempfile.mkdtemp(prefix="huey-", dir=workdir))
     db, ticks = run / "huey.db", run / "ticks"
     huey.storage.close()
-    huey.storage = huey.get_storage(filename=str(db))
+    huey.storage = huey.get_storage(filename=str(db), fsync=True)
     ticks.touch()
     return db, ticks
 
