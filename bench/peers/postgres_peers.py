@@ -49,8 +49,13 @@ _USAGE = "usage: consume pgqueuer|procrastinate DSN [SETTING] | selftest ADMIN_D
 # procrastinate_drain for the sweeps); the pickup measurements use them too.
 PGQUEUER_BATCH_SIZE = 500
 PROCRASTINATE_CONCURRENCY = 5
-#: Connections of the pool that concurrent single enqueues share (one for a loop).
-ENQUEUE_CONNECTIONS = 16
+#: Connections of the pool that concurrent one-job enqueues share (a loop uses one).
+#: The peers' best here, 100 callers, 2,000 calls, medians of 3 (jobs/s; durable
+#: server, 2 cores, a test suite running beside): PGQueuer 2: 1,753, 4: 1,588,
+#: 8: 1,264, 16: 1,233, 32: 1,163; Procrastinate 2: 979, 4: 1,040, 8: 1,115,
+#: 16: 1,093, 32: 1,073. Their clients use the CPU the server needs, so more
+#: connections do not help.
+ENQUEUE_CONNECTIONS = 4
 _NOOP = "bench_noop"  # the task that one-job enqueues name: one int argument
 
 _Enqueue = Callable[[int], Awaitable[None]]  # enqueue k no-op jobs, 1,000 per call
