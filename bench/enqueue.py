@@ -18,10 +18,10 @@ warm-up call per caller first, then ``time.perf_counter`` around the calls):
   in a loop;
 - ferryq, concurrent: 16 threads calling ``task.enqueue(i)`` (``--calls`` in all);
   100 coroutines under one ``asyncio.gather`` awaiting ``task.enqueue_async(i)``;
-- the raw driver, the limit, on the same database and settings, inserting into
-  ferryq's own ``ferryq_jobs`` (migrated by ferryq) a row like the one ferryq writes
-  (the columns of queries.sql's job insert, the values of a job ferryq enqueued
-  first, fresh times and args): SQLite, the stdlib ``sqlite3`` with ferryq's pragmas
+- the raw driver (bench/raw_enqueue.py), the limit, on the same database and settings,
+  inserting into ferryq's own ``ferryq_jobs`` (migrated by ferryq) a row like the one
+  ferryq writes (the columns of queries.sql's job insert, the values of a job ferryq
+  enqueued first, fresh times and args): SQLite, the stdlib ``sqlite3`` with ferryq's pragmas
   and ``BEGIN IMMEDIATE`` + INSERT + ``COMMIT`` per call, from one connection in a
   loop and from 16 threads with a connection each; PostgreSQL, asyncpg, one
   autocommit INSERT per call (no wake-up NOTIFY, which ferryq's insert sends), one
@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import pathlib
 import platform
@@ -53,17 +52,14 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
-
-import asyncpg
 
 import ferryq
 from bench import calls
+from bench import raw_enqueue as raw
 from bench.ferryq_runs import median
 from bench.peers import huey_sqlite, postgres_peers
 
@@ -71,11 +67,6 @@ TASK = "bench.noop"
 THREADS = 16  # sync callers: a threaded web server's workers
 CALLERS = 100  # async callers: requests in flight on one event loop
 RAW_CONNECTIONS = 16
-#: The columns ferryq's job insert writes (ferryq/store/*/queries.sql, job_insert).
-COLUMNS = ("namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
-           "order_time", "expires_at", "ttr", "max_tries", "retry", "unique_key", "stage",
-           "context", "meta", "created_at", "timeout")  # fmt: skip
-TIMES = ("run_at", "order_time", "created_at")  # fresh for every row, as ferryq's are
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 Measure = Callable[[str, int, pathlib.Path], float]  # (url, calls, workdir) -> calls/s
@@ -133,24 +124,6 @@ def ferryq_gather(url: str, n: int, _workdir: pathlib.Path) -> float:
     return asyncio.run(measure())
 
 
-# -- the raw driver ---------------------------------------------------------------------
-
-
-class Rows:
-    """Rows like the one ferryq wrote for ``noop(0)``: the same values but for the
-    args (``[i]``) and the times (now, each offset from created_at as ferryq's was)."""
-
-    def __init__(self, template: dict[str, Any]) -> None:
-        self.template = template
-        self.offsets = {name: template[name] - template["created_at"] for name in TIMES}
-
-    def __call__(self, i: int) -> list[Any]:
-        now = time.time()
-        row = {**self.template, "args": json.dumps([i])}
-        row.update((name, now + offset) for name, offset in self.offsets.items())
-        return [row[name] for name in COLUMNS]
-
-
 def _template_job(url: str) -> None:
     """Migrate a ferryq database and enqueue ``noop(0)``: the row to copy."""
     app, task = _ferryq(url)
@@ -159,73 +132,6 @@ def _template_job(url: str) -> None:
         task.enqueue(0)
     finally:
         app.close()
-
-
-def _sqlite_path(url: str) -> str:
-    return url.removeprefix("sqlite:///").split("?")[0]
-
-
-def _sqlite_connect(path: str, synchronous: str) -> sqlite3.Connection:
-    """A connection with the pragmas ferryq's SQLite store sets on its own."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    for pragma in ("busy_timeout = 10000", "journal_mode = WAL", f"synchronous = {synchronous}",
-                   "cache_size = -65536"):  # fmt: skip
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
-def sqlite_raw(url: str, n: int, connections: int, synchronous: str) -> float:
-    """Inserts/s, one ``BEGIN IMMEDIATE`` + INSERT + ``COMMIT`` per call, from one
-    connection in a loop or from ``connections`` threads with a connection each."""
-    _template_job(url)
-    path = _sqlite_path(url)
-    with contextlib.closing(sqlite3.connect(path)) as reader:
-        reader.row_factory = sqlite3.Row
-        found = reader.execute(f"SELECT {', '.join(COLUMNS)} FROM ferryq_jobs "
-                               "ORDER BY id DESC LIMIT 1").fetchone()  # fmt: skip
-    rows = Rows(dict(found))
-    places = ", ".join("?" * len(COLUMNS))
-    insert = f"INSERT INTO ferryq_jobs ({', '.join(COLUMNS)}) VALUES ({places})"
-    conns = [_sqlite_connect(path, synchronous) for _ in range(connections)]
-
-    def caller(conn: sqlite3.Connection) -> calls.SyncCall:
-        def call(i: int) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(insert, rows(i))
-            conn.execute("COMMIT")
-
-        return call
-
-    try:
-        if connections == 1:
-            return calls.loop(caller(conns[0]), n)
-        return calls.threads([caller(conn) for conn in conns], n)
-    finally:
-        for conn in conns:
-            conn.close()
-
-
-async def postgres_raw(url: str, n: int, connections: int) -> float:
-    """Inserts/s, one autocommit INSERT per call (asyncpg), from one connection in a
-    loop or from ``connections`` connections at once."""
-    await asyncio.to_thread(_template_job, url)
-    conns = [await asyncpg.connect(url) for _ in range(connections)]
-    try:
-        found = await conns[0].fetchrow(f"SELECT {', '.join(COLUMNS)} FROM ferryq_jobs "
-                                        "ORDER BY id DESC LIMIT 1")  # fmt: skip
-        rows = Rows(dict(found))
-        places = ", ".join(f"${k}" for k in range(1, len(COLUMNS) + 1))
-        insert = f"INSERT INTO ferryq_jobs ({', '.join(COLUMNS)}) VALUES ({places})"
-
-        def caller(conn: Any) -> calls.AsyncCall:
-            return lambda i: conn.execute(insert, *rows(i))
-
-        if connections == 1:
-            return await calls.loop_async(caller(conns[0]), n)
-        return await calls.gather([caller(conn) for conn in conns], n)
-    finally:
-        for conn in conns:
-            await conn.close()
 
 
 # -- what is measured where ---------------------------------------------------------------
@@ -273,8 +179,10 @@ def measures(backend: Backend) -> dict[str, Measure]:
     if backend.synchronous is None:
         return {
             **FERRYQ,
-            "raw.loop": lambda url, n, _: asyncio.run(postgres_raw(url, n, 1)),
-            "raw.concurrent": lambda url, n, _: asyncio.run(postgres_raw(url, n, RAW_CONNECTIONS)),
+            "raw.loop": lambda url, n, _: asyncio.run(raw.postgres(url, n, 1, _template_job)),
+            "raw.concurrent": lambda url, n, _: asyncio.run(
+                raw.postgres(url, n, RAW_CONNECTIONS, _template_job)
+            ),
             "pgqueuer.loop": lambda url, n, _: postgres_peers.pgqueuer_enqueue_calls(url, n, 1),
             "pgqueuer.gather": lambda url, n, _: postgres_peers.pgqueuer_enqueue_calls(
                 url, n, CALLERS
@@ -289,8 +197,10 @@ def measures(backend: Backend) -> dict[str, Measure]:
     sync = backend.synchronous
     return {
         **FERRYQ,
-        "raw.loop": lambda url, n, _: sqlite_raw(url, n, 1, sync),
-        "raw.concurrent": lambda url, n, _: sqlite_raw(url, n, RAW_CONNECTIONS, sync),
+        "raw.loop": lambda url, n, _: raw.sqlite(url, n, 1, sync, _template_job),
+        "raw.concurrent": lambda url, n, _: raw.sqlite(
+            url, n, RAW_CONNECTIONS, sync, _template_job
+        ),
         "huey.loop": lambda _, n, workdir: huey_sqlite.enqueue_calls(
             n, workdir, threads=1, synchronous=sync
         ),
