@@ -96,6 +96,7 @@ class App:
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None]] = {}
         self._store_lock = threading.Lock()
         self._portal: Portal | None = None
+        self._portal_store: Store | None = None  # the portal loop's, for sync enqueues
         #: Your code around every enqueue and every attempt: see ``ferryq.hooks``.
         self.hooks = Hooks()
 
@@ -270,6 +271,7 @@ class App:
             stores, self._stores = self._stores, {}
             self._closers = {}
         portal, self._portal = self._portal, None
+        self._portal_store = None
         for loop, store in stores.items():
             if portal is not None and loop is portal.loop:
                 portal.call(store.close())
@@ -334,6 +336,40 @@ class App:
             inserted = await (await self.store()).job_insert_many(job, encoded_args)
         created = sum(row.created for row in inserted)
         metrics.ENQUEUED.inc(created, job.namespace, job.queue)
+        return [JobHandle(self, row.id, row.created) for row in inserted]
+
+    def enqueue_raw_sync(
+        self, task: str, encoded_args: Sequence[str], options: JobOptions
+    ) -> list[JobHandle]:
+        """The sync twin of ``enqueue_raw``. A backend that can commits on the caller's
+        thread (SQLite): no hop through the portal's event loop for the insert."""
+        job = self._new_job(task, encoded_args, options)
+        if not encoded_args:
+            return []
+        if not self.hooks.around_enqueue:
+            return self._insert_sync(job, encoded_args)
+        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
+        try:  # the hooks run on the portal, in a copy of this thread's context
+            self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
+            job.meta = self._hooked_meta(call)
+            handles = self._insert_sync(job, encoded_args)
+        except BaseException as exc:
+            call.exception = exc
+            raise
+        else:
+            call.ids = [handle.id for handle in handles]
+            return handles
+        finally:
+            self.portal_call(self.hooks.call(self.hooks.after_enqueue_hooks, call))
+
+    def _insert_sync(self, job: NewJob, encoded_args: Sequence[str]) -> list[JobHandle]:
+        store = self._portal_store
+        if store is None:
+            store = self._portal_store = self.portal_call(self.store())
+        if not store.inserts_blocking:
+            return self.portal_call(self._insert(job, encoded_args, None))
+        inserted = store.job_insert_blocking(job, encoded_args)
+        metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def _hooked_meta(self, call: Enqueue) -> str:
@@ -410,12 +446,12 @@ class App:
             expires_at=policy.expires_at(now, options.ttl),
             ttr=options.ttr or 60.0,
             max_tries=options.max_tries or 3,
-            retry=_json.dumps(options.retry.to_dict() if options.retry else {}),
+            retry="{}" if options.retry is None else _json.dumps(options.retry.to_dict()),
             unique_key=options.unique_key,
             unique_for=options.unique_for,
             stage=options.stage,
-            context=_json.dumps(options.context, "context"),
-            meta=_json.dumps_document(options.meta, "meta"),
+            context="null" if options.context is None else _json.dumps(options.context, "context"),
+            meta=_json.dumps_document(options.meta, "meta") if options.meta else "{}",
             timeout=options.timeout,
         )
         self._check_size("context", job.context)
@@ -436,23 +472,27 @@ class App:
         (queue ``default``, ttr 60 s, 3 tries) if it is not, plus ``options``; the
         worker that runs it keeps them.
         """
-        return self.portal_call(self.enqueue_async(task, args, **options))
+        return self.enqueue_many(task, [args], **options)[0]
 
     async def enqueue_async(self, task: str, args: Any = (), **options: Any) -> JobHandle:
         return (await self.enqueue_many_async(task, [args], **options))[0]
 
     def enqueue_many(self, task: str, args: Sequence[Any], **options: Any) -> list[JobHandle]:
         """Enqueue one job per element of ``args``, in one transaction."""
-        return self.portal_call(self.enqueue_many_async(task, args, **options))
+        return self.enqueue_raw_sync(task, *self._by_name(task, args, options))
 
     async def enqueue_many_async(
         self, task: str, args: Sequence[Any], **options: Any
     ) -> list[JobHandle]:
+        return await self.enqueue_raw(task, *self._by_name(task, args, options))
+
+    def _by_name(
+        self, task: str, args: Sequence[Any], options: dict[str, Any]
+    ) -> tuple[list[str], JobOptions]:
+        """The calls' args as JSON, and their options: the task's here, or defaults."""
         known = self.tasks.get(task)
         defaults = known.defaults if known else DEFAULT_TASK_OPTIONS
-        what = f"arguments of {task}"
-        encoded = _json.dumps_many(args, what)
-        return await self.enqueue_raw(task, encoded, defaults.merged(**options))
+        return _json.dumps_many(args, f"arguments of {task}"), defaults.merged(**options)
 
     # -- reading and operating jobs ----------------------------------------------
 

@@ -42,10 +42,13 @@ class JobOptions:
     stage: str | None = None
     context: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # Whether validate() passed once: options are frozen, so the checks that do not
+    # depend on the time need not run again at every enqueue of a task's options.
+    _valid: bool = field(default=False, init=False, repr=False, compare=False)
 
     def merged(self, **overrides: Any) -> JobOptions:
         """These options with every non-None override applied, validated."""
-        values = {name: getattr(self, name) for name in self.__slots__}
+        values = {name: getattr(self, name) for name in self.__slots__ if name != "_valid"}
         for name, value in overrides.items():
             if name not in values:
                 raise TypeError(f"unknown job option {name!r}")
@@ -58,6 +61,17 @@ class JobOptions:
     def validate(self, now: float | None = None) -> None:
         """ValueError naming the first bad option. With ``now`` (at enqueue) a
         ``run_at`` is checked against the ttl too."""
+        if not self._valid:
+            self._validate()
+            object.__setattr__(self, "_valid", True)
+        wait = None if now is None or self.run_at is None else self.run_at - now
+        if expires_before_due(self.ttl, wait):
+            raise ValueError(
+                "ttl must last until run_at: the job would expire before it is due "
+                f"(got ttl {self.ttl:g}, run_at {wait:.0f} seconds away)"
+            )
+
+    def _validate(self) -> None:
         _check_name("queue", self.queue)
         _check_name("namespace", self.namespace)
         check_text("lane", self.lane, MAX_LANE_LENGTH)
@@ -88,12 +102,6 @@ class JobOptions:
             raise ValueError(
                 "ttl must be at least delay: the job would expire before it is due "
                 f"(got ttl {self.ttl:g}, delay {self.delay:g})"
-            )
-        wait = None if now is None or self.run_at is None else self.run_at - now
-        if expires_before_due(self.ttl, wait):
-            raise ValueError(
-                "ttl must last until run_at: the job would expire before it is due "
-                f"(got ttl {self.ttl:g}, run_at {wait:.0f} seconds away)"
             )
 
 

@@ -217,7 +217,7 @@ class TaskCall(Generic[P, R]):
         app, name, options = self.task.app, self.task.name, self.job_options
         if self.connection is not None:
             return app.enqueue_raw_on(self.connection, name, encoded, options)
-        return app.portal_call(app.enqueue_raw(name, encoded, options))
+        return app.enqueue_raw_sync(name, encoded, options)
 
     async def _enqueue(self, encoded: list[str]) -> list[JobHandle]:
         app = self.task.app

@@ -250,7 +250,20 @@ class Store(Protocol):
 
     # jobs: the hot path
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        """Insert one job per element of ``args`` (JSON texts), in one transaction."""
+        """Insert one job per element of ``args`` (JSON texts), in one transaction.
+
+        Calls made at the same time may share a transaction (``ferryq.store.coalesce``);
+        each returns once its own jobs are committed, and a job the database refuses
+        fails its own call only.
+        """
+
+    #: Whether ``job_insert_blocking`` works: a sync caller then commits on its own
+    #: thread, without a hop through an event loop.
+    inserts_blocking: bool = False
+
+    def job_insert_blocking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        """``job_insert_many`` for a thread that is not the store's event loop."""
+        raise TypeError(f"{type(self).__name__} has no blocking insert")
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float

@@ -21,9 +21,11 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +43,7 @@ from ferryq.errors import (
 )
 from ferryq.job import Job, State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
-from ferryq.store import base
+from ferryq.store import base, coalesce
 from ferryq.store.base import (
     Claimed,
     Finish,
@@ -53,6 +55,7 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
+from ferryq.store.coalesce import PendingInsert
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
     held_leases,
@@ -85,6 +88,10 @@ URL_OPTIONS = ("synchronous",)
 #: be checkpointed again: moving its pages into the database takes room too.
 LOW_SPACE = 64 << 20
 SHORT_CHECKPOINT = 64
+#: The store's thread checkpoints the WAL after this many quick commits (an async
+#: enqueue's, on the event loop's thread, which must not do it itself: a checkpoint
+#: waits for the disk). SQLite's own rule is about every thousand pages.
+QUICK_CHECKPOINT = 128
 #: The WAL file is cut back to this size when SQLite starts it over after a burst (a
 #: large enqueue_many, checkpoints held off by readers), instead of keeping its peak.
 WAL_SIZE_LIMIT = 16 << 20
@@ -140,6 +147,19 @@ class SQLiteStore(base.Store):
         self._busy_timeout = busy_timeout
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        # One user of the connections at a time: the store's thread, or a thread that
+        # enqueues (job_insert_blocking), or the event loop's (job_insert_many).
+        self._conn_lock = threading.Lock()
+        # Enqueue calls waiting for a commit, and whether a commit of calls is under
+        # way (see job_insert_many).
+        self._inserts: deque[PendingInsert] = deque()
+        self._inserts_lock = threading.Lock()
+        self._leading = False
+        # At synchronous=NORMAL a commit waits for no disk: an async enqueue commits on
+        # the event loop's thread when the write lock is free at once, on this
+        # connection, which never waits for the lock and leaves checkpoints to _conn.
+        self._quick: sqlite3.Connection | None = None
+        self._quick_commits = 0
         self._watch: sqlite3.Connection | None = None
         self._claim_version = -1
         self._finish_version = -1  # data_version when wait_for_finish last returned
@@ -193,8 +213,7 @@ class SQLiteStore(base.Store):
             return
         self._closing.set()  # a write still waiting for another process's lock gives up
         if self._conn is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, self._conn.close)
-            self._conn = None
+            await asyncio.get_running_loop().run_in_executor(executor, self._close_writers)
         executor.shutdown(wait=True)
         if self._watch is not None:
             self._watch.close()
@@ -205,10 +224,17 @@ class SQLiteStore(base.Store):
         self._closing.set()
         if executor is not None:
             executor.shutdown(wait=True)
-        for conn in (self._conn, self._watch):
+        for conn in (self._conn, self._quick, self._watch):
             if conn is not None:
                 conn.close()
-        self._conn = self._watch = None
+        self._conn = self._quick = self._watch = None
+
+    def _close_writers(self) -> None:
+        with self._conn_lock:
+            for conn in (self._conn, self._quick):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._quick = None
 
     def _connect(self, migrate: bool) -> None:
         if self.read_only and not self._file.is_file():
@@ -247,6 +273,13 @@ class SQLiteStore(base.Store):
         conn.execute(f"PRAGMA busy_timeout = {int(min(self._busy_timeout, LOCK_POLL) * 1000)}")
         if migrate:
             self._write(_migrate)
+        if not self.read_only and self._synchronous in ("OFF", "NORMAL"):
+            self._quick = quick = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False
+            )
+            quick.execute("PRAGMA busy_timeout = 0")
+            quick.execute(f"PRAGMA synchronous = {self._synchronous}")
+            quick.execute("PRAGMA wal_autocheckpoint = 0")
         self._watch = sqlite3.connect(target, uri=self.read_only, check_same_thread=False,
                                       isolation_level=None)  # fmt: skip
 
@@ -287,21 +320,30 @@ class SQLiteStore(base.Store):
         return conn
 
     def _disconnect(self) -> None:
-        for conn in (self._conn, self._watch):
+        for conn in (self._conn, self._quick, self._watch):
             if conn is not None:
                 conn.close()
-        self._conn = self._watch = None
+        self._conn = self._quick = self._watch = None
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
             raise StoreError("the store is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._locked, fn, *args
+            )
         except sqlite3.Error as exc:
-            if _primary(exc) in _NO_SPACE:
-                self._reclaim = True
             doing = {self._connect: "opening", self._read: "reading"}.get(fn, "writing")
-            raise _failure(self._file, exc, doing) from exc
+            raise self._failure(exc, doing) from exc
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._conn_lock:
+            return fn(*args)
+
+    def _failure(self, error: sqlite3.Error, doing: str) -> StoreError:
+        if _primary(error) in _NO_SPACE:
+            self._reclaim = True
+        return _failure(self._file, error, doing)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a write transaction, waiting out other writers however long,
@@ -401,8 +443,157 @@ class SQLiteStore(base.Store):
 
     # -- hot path ----------------------------------------------------------------
 
+    # Enqueues. Calls made at the same time share a commit (see ferryq.store.coalesce).
+    # A call that finds no commit of calls under way leads: it commits on its own
+    # thread (a sync caller), or on the store's thread (an async one). Calls arriving
+    # meanwhile wait, then the store's thread commits them together, batch after batch
+    # until none is left. An async call at NORMAL that finds nothing under way first
+    # tries to commit alone on its own thread, without waiting for the lock.
+
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        return await self._call(self._write, lambda conn: _insert_many(conn, job, args))
+        if self._executor is None:
+            raise StoreError("the store is closed")
+        pending = PendingInsert(job, args)
+        if self._quick is not None and not self._leading and self._quick_insert(pending):
+            return pending.outcome()
+        loop = asyncio.get_running_loop()
+        pending.future, pending.loop = loop.create_future(), loop
+        if self._queue_insert(pending):
+            self._pass_on()
+        try:
+            await pending.future
+        except asyncio.CancelledError:
+            # Not inserted, unless a commit has it already (the caller cannot tell).
+            with contextlib.suppress(ValueError):
+                self._inserts.remove(pending)
+            raise
+        return pending.outcome()
+
+    inserts_blocking: bool = True
+
+    def job_insert_blocking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        if self._executor is None:
+            raise StoreError("the store is closed")
+        wake = threading.Lock()
+        wake.acquire()
+        pending = PendingInsert(job, args, wake=wake)
+        if not self._queue_insert(pending):
+            wake.acquire()  # released once its outcome is in
+            return pending.outcome()
+        with self._conn_lock:  # nothing was under way: this call is first in line
+            self._commit(coalesce.take(self._inserts))
+        self._pass_on()
+        return pending.outcome()
+
+    def _queue_insert(self, pending: PendingInsert) -> bool:
+        """Queue a call; True if it leads (no commit of calls was under way)."""
+        with self._inserts_lock:
+            self._inserts.append(pending)
+            leads, self._leading = not self._leading, True
+        return leads
+
+    def _pass_on(self) -> None:
+        """After a leader's batch: the store's thread commits the calls queued since."""
+        with self._inserts_lock:
+            if not self._inserts:
+                self._leading = False
+                return
+        executor = self._executor
+        try:
+            if executor is None:
+                raise RuntimeError
+            executor.submit(self._flush_inserts)
+        except RuntimeError:  # closed meanwhile
+            with self._inserts_lock:
+                batch, self._leading = coalesce.take(self._inserts, None), False
+            coalesce.fail_all(batch, StoreError("the store is closed"))
+            for pending in batch:
+                pending.settle()
+
+    def _flush_inserts(self) -> None:
+        with self._conn_lock:
+            while True:
+                with self._inserts_lock:
+                    batch = coalesce.take(self._inserts)
+                    if not batch:
+                        self._leading = False
+                        return
+                self._commit(batch)
+
+    def _commit(self, batch: Sequence[PendingInsert]) -> None:
+        """Commit a batch of calls and tell each caller. The connection lock is held."""
+        try:
+            self._insert_batch(batch)
+        except BaseException as exc:  # not a write's failure: the store closed
+            coalesce.fail_all(batch, exc)
+        for pending in batch:
+            pending.settle()
+
+    def _insert_batch(self, batch: Sequence[PendingInsert]) -> None:
+        def insert(conn: sqlite3.Connection) -> list[list[Inserted]]:
+            return [_insert_many(conn, p.job, p.args) for p in batch]
+
+        try:
+            for pending, inserted in zip(batch, self._write(insert), strict=True):
+                pending.inserted = inserted
+            return
+        except sqlite3.Error as exc:
+            if len(batch) == 1 or not self.refuses(exc):
+                coalesce.fail_all(batch, self._failure(exc, "writing"))
+                return
+        except (ValueError, TypeError, OverflowError):
+            if len(batch) == 1:
+                raise
+        # One job the database refuses must not fail the others: each on its own.
+        for pending in batch:
+            try:
+                pending.inserted = self._write(_inserting(pending))
+            except sqlite3.Error as exc:
+                pending.error = self._failure(exc, "writing")
+            except (ValueError, TypeError, OverflowError) as exc:
+                pending.error = exc
+
+    def _quick_insert(self, pending: PendingInsert) -> bool:
+        """Commit one call on this thread if the write lock is free at once; False when
+        it is not (another process writes), when the disk is short of space (the
+        store's thread minds the WAL then), or when this process's own connection is
+        in use."""
+        conn = self._quick
+        if conn is None or self._short or self._reclaim:
+            return False
+        if not self._conn_lock.acquire(blocking=False):
+            return False
+        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return False  # busy: the store's thread waits for it
+            try:
+                pending.inserted = _insert_many(conn, pending.job, pending.args)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                pending.error = self._failure(exc, "writing")
+            except (ValueError, TypeError, OverflowError) as exc:
+                pending.error = exc
+            finally:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+            if pending.error is not None:
+                pending.inserted = None
+        finally:
+            self._conn_lock.release()
+        # Its commits never checkpoint: the store's thread does, now and then.
+        self._quick_commits += 1
+        if self._quick_commits % QUICK_CHECKPOINT == 0 and self._executor is not None:
+            with contextlib.suppress(RuntimeError):
+                self._executor.submit(self._locked, self._checkpoint)
+        return True
+
+    def _checkpoint(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def job_claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
@@ -946,23 +1137,53 @@ def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> 
         if existing is not None:
             return [Inserted(existing, False)] * total
         args = args[:1]  # the first one is created; the others are its duplicates
+    if len(args) == 1 and job.lane is None and job.unique_key is None:
+        return [Inserted(_insert_one(conn, job, args[0]), True)]
     params = {
         "namespace": job.namespace, "queue": job.queue, "task": job.task,
-        "args": json.dumps(list(args)), "state": job.state.value, "lane": job.lane,
+        "args": args[0] if len(args) == 1 else json.dumps(list(args)),
+        "state": job.state.value, "lane": job.lane,
         "priority": job.priority, "run_at": job.run_at, "order_time": job.order_time,
         "expires_at": job.expires_at, "ttr": job.ttr, "max_tries": job.max_tries,
         "retry": job.retry, "unique_key": job.unique_key, "stage": job.stage,
         "context": job.context, "meta": job.meta, "created_at": job.created_at,
         "timeout": job.timeout,
     }  # fmt: skip
-    count = conn.execute(Q["job_insert"], params).rowcount
-    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-    first = last - count + 1
+    if len(args) == 1:
+        first = last = conn.execute(Q["job_insert_one"], params).lastrowid or 0
+    else:
+        count = conn.execute(Q["job_insert"], params).rowcount
+        last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        first = last - count + 1
     if job.lane is not None:  # inserted waiting: the lane admits what it has room for
         _settle(conn, {(job.namespace, job.lane)}, job.created_at)
     if job.unique_key is not None:
         return [Inserted(first, True)] + [Inserted(first, False)] * (total - 1)
     return [Inserted(i, True) for i in range(first, last + 1)]
+
+
+#: One job's insert with positional parameters: binding by name cost a fifth of the
+#: statement here. _insert_one passes the values in the order of the named ones.
+_INSERT_ONE = re.sub(r":(\w+)", "?", Q["job_insert_one"])
+if re.findall(r":(\w+)", Q["job_insert_one"]) != [
+    "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
+    "order_time", "expires_at", "ttr", "max_tries", "retry", "unique_key", "stage",
+    "context", "meta", "created_at", "timeout",
+]:  # fmt: skip
+    raise RuntimeError("job_insert_one's parameters are not in _insert_one's order")
+
+
+def _insert_one(conn: sqlite3.Connection, job: NewJob, args: str) -> int:
+    """A plain job (no lane, no unique key): its id."""
+    row = (job.namespace, job.queue, job.task, args, job.state.value, job.lane,
+           job.priority, job.run_at, job.order_time, job.expires_at, job.ttr,
+           job.max_tries, job.retry, job.unique_key, job.stage, job.context, job.meta,
+           job.created_at, job.timeout)  # fmt: skip
+    return conn.execute(_INSERT_ONE, row).lastrowid or 0
+
+
+def _inserting(pending: PendingInsert) -> Callable[[sqlite3.Connection], list[Inserted]]:
+    return lambda conn: _insert_many(conn, pending.job, pending.args)
 
 
 def _find_duplicate(conn: sqlite3.Connection, job: NewJob) -> int | None:
