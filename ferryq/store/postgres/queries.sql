@@ -28,6 +28,34 @@ WITH locked AS MATERIALIZED (
 )
 SELECT array_agg(id ORDER BY id) FROM inserted WHERE EXISTS (SELECT FROM woken);
 
+-- name: job_insert_rows
+-- The jobs of enqueue calls made at the same time (see ferryq.store.coalesce), none in
+-- a lane or with a unique key: one statement, atomic without BEGIN, each column an
+-- array of one element per job. The ids rise in input order, as in job_insert_batch.
+-- One NOTIFY per queue: count(*) reads every row of the volatile CTE (EXISTS would
+-- stop at the first).
+WITH inserted AS (
+    INSERT INTO ferryq_jobs (namespace, queue, task, args, state, priority, run_at,
+        order_time, expires_at, ttr, max_tries, retry, stage, context, meta, created_at,
+        timeout)
+    SELECT r.namespace, r.queue, r.task, r.args, r.state, r.priority, r.run_at,
+        r.order_time, r.expires_at, r.ttr, r.max_tries, r.retry, r.stage, r.context,
+        r.meta::jsonb, r.created_at, r.timeout
+    FROM unnest(:namespaces::text[], :queues::text[], :tasks::text[], :args::text[],
+        :states::text[], :priorities::float8[], :run_ats::float8[],
+        :order_times::float8[], :expires_ats::float8[], :ttrs::float8[],
+        :max_tries::int[], :retries::text[], :stages::text[], :contexts::text[],
+        :metas::text[], :created_ats::float8[], :timeouts::float8[])
+        WITH ORDINALITY AS r(namespace, queue, task, args, state, priority, run_at,
+            order_time, expires_at, ttr, max_tries, retry, stage, context, meta,
+            created_at, timeout, n)
+    ORDER BY r.n
+    RETURNING id
+), woken AS (
+    SELECT pg_notify('ferryq_jobs', q.queue) FROM (SELECT DISTINCT unnest(:queues::text[]) AS queue) q
+)
+SELECT array_agg(id ORDER BY id) FROM inserted WHERE (SELECT count(*) FROM woken) > 0;
+
 -- name: job_lock_unique
 -- Serialises enqueues of one key (released at commit), so dedup is atomic.
 SELECT pg_advisory_xact_lock(hashtextextended(:namespace || '/' || :unique_key, 7));

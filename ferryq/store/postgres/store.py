@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -23,7 +25,7 @@ from ferryq.errors import InvalidTransition, JobNotFound, StoreError
 from ferryq.faults import FaultLog, one_line
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule, LaneView, Taker, rule_for
-from ferryq.store import base, safe_url
+from ferryq.store import base, coalesce, safe_url
 from ferryq.store.base import (
     Claimed,
     Finish,
@@ -35,6 +37,7 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
+from ferryq.store.coalesce import PendingInsert
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.sql import (
@@ -72,6 +75,13 @@ SESSION_SETTINGS = {
     "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
 }
 GENERIC_PLANS = "plan_cache_mode = force_generic_plan"
+#: The enqueues' connections: the insert has one good plan whatever its values.
+INSERT_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+#: Commits of enqueue calls under way at once. One: the calls that queue while it
+#: waits for its fsync go in the next together (two at once made smaller batches,
+#: and fewer calls a second).
+IN_FLIGHT = 1
+INSERT_CONNECTIONS = IN_FLIGHT + 1  # one more for a commit whose caller was cancelled
 #: How long a call keeps retrying while the server is unreachable (a restart).
 RECONNECT_SECONDS = 30.0
 _CONNECTION_LOST = (
@@ -98,6 +108,16 @@ class PostgresStore(base.Store):
         self.url = url
         self._min_size, self._max_size = min_size, max_size
         self._pool: asyncpg.Pool | None = None
+        # Enqueues have connections of their own, with generic plans: planning the
+        # insert anew at every call cost more than running it.
+        self._inserts_pool: asyncpg.Pool | None = None
+        self._inserts: deque[PendingInsert] = deque()
+        self._leaders = 0  # commits of enqueue calls under way
+        # Sync calls from other threads, on their way to the store's event loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._from_threads: list[PendingInsert] = []
+        self._from_threads_lock = threading.Lock()
+        self._leads: set[asyncio.Task[None]] = set()
         self._listener: _Listener | None = None
         self._leader: Conn | None = None
         self._leading: set[str] = set()
@@ -123,6 +143,7 @@ class PostgresStore(base.Store):
         async with self._opening:  # callers racing to open share one pool
             if not self._ready:
                 await self._open(migrate)
+                self._loop = asyncio.get_running_loop()
                 self._ready = True
 
     async def _open(self, migrate: bool) -> None:
@@ -147,6 +168,10 @@ class PostgresStore(base.Store):
             )  # fmt: skip
             async with self._pool.acquire() as conn:  # a wrong URL says so now, once
                 await conn.execute("SELECT 1")
+            self._inserts_pool = await asyncpg.create_pool(
+                self.url, min_size=0, max_size=INSERT_CONNECTIONS,
+                server_settings={**_session_settings(self.url), **INSERT_SETTINGS}, reset=_reset,
+            )  # fmt: skip
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
@@ -167,25 +192,27 @@ class PostgresStore(base.Store):
             with contextlib.suppress(Exception):
                 await self._leader.close()
             self._leader = None
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        pools, self._pool, self._inserts_pool = (self._pool, self._inserts_pool), None, None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
 
     def terminate(self) -> None:
         self._ready = False
         listening = self._listener.conn if self._listener is not None else None
-        pool, self._pool = self._pool, None
-        for closable in (self._leader, listening, pool):
+        pools, self._pool, self._inserts_pool = (self._pool, self._inserts_pool), None, None
+        for closable in (self._leader, listening, *pools):
             # Its event loop may be gone already: closing is then best effort.
             with contextlib.suppress(RuntimeError):
                 if closable is not None:
                     closable.terminate()
         self._leader = self._listener = None
 
-    def _acquire(self) -> Any:
-        if self._pool is None:
+    def _acquire(self, inserts: bool = False) -> Any:
+        pool = self._inserts_pool if inserts else self._pool
+        if pool is None:
             raise StoreError("the store is not open")
-        return self._pool.acquire()
+        return pool.acquire()
 
     async def _session(
         self,
@@ -195,9 +222,11 @@ class PostgresStore(base.Store):
         idempotent: bool = True,
         isolation: str | None = None,
         settings: str | None = None,
+        inserts: bool = False,
     ) -> T:
         """Run ``op`` on a pooled connection, riding out a server restart. ``settings``
         (``SET LOCAL`` assignments) apply to ``op``'s transaction, set as it begins.
+        ``inserts``: on a connection of the enqueues' own pool.
 
         A connection lost before the work began (a pooled connection the server
         closed, a server still starting) is always retried; one lost half-way only
@@ -209,7 +238,7 @@ class PostgresStore(base.Store):
         while True:
             begun = False
             try:
-                async with self._acquire() as conn:
+                async with self._acquire(inserts) as conn:
                     if not transaction:
                         begun = True
                         result = await op(conn)
@@ -223,6 +252,8 @@ class PostgresStore(base.Store):
                             begun = True
                             result = await op(conn)
             except _CONNECTION_LOST as exc:
+                if isinstance(exc, ValueError):  # asyncpg's DataError: a value not encoded
+                    raise
                 deadline = deadline or time.monotonic() + RECONNECT_SECONDS
                 if (begun and not idempotent) or time.monotonic() > deadline:
                     raise StoreError(
@@ -272,15 +303,166 @@ class PostgresStore(base.Store):
     # -- hot path ----------------------------------------------------------------
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        if job.unique_key is not None or job.lane is not None:
+            return await self._insert_locking(job, args)
+        # Calls made at the same time share commits (see ferryq.store.coalesce). Up to
+        # IN_FLIGHT commits of calls run at once, each led by a call that commits every
+        # call queued by then; the calls queued meanwhile wait, and as a commit ends the
+        # first of them leads the next.
+        pending = PendingInsert(job, args)
+        if self._leaders < IN_FLIGHT and not self._inserts:
+            self._leaders += 1
+            self._inserts.append(pending)
+        else:
+            pending.loop = asyncio.get_running_loop()
+            pending.future = pending.loop.create_future()
+            self._inserts.append(pending)
+            try:
+                await pending.future
+            except asyncio.CancelledError:
+                self._withdraw(pending)
+                raise
+            if pending.done:  # in another's commit, maybe after it was told to lead
+                if pending.lead:
+                    self._pass_on()
+                return pending.outcome()
+        try:
+            batch = coalesce.take(self._inserts)
+            if len(batch) == 1:
+                await self._insert_rows(batch)
+            else:  # the others' outcome must not depend on this caller staying
+                await asyncio.shield(self._insert_rows(batch))
+        finally:
+            self._pass_on()
+        return pending.outcome()
+
+    def _pass_on(self) -> None:
+        """After a commit: the first call still waiting leads the next one (a task
+        does, for a call from another thread)."""
+        while self._inserts:
+            head = self._inserts[0]
+            if head.wake is not None:
+                task = asyncio.get_running_loop().create_task(self._lead())
+                self._leads.add(task)  # the loop keeps only a weak reference
+                task.add_done_callback(self._leads.discard)
+                return
+            if head.future is not None and not head.future.done():
+                head.lead = True
+                head.future.set_result(None)
+                return
+            self._inserts.popleft()  # its caller was cancelled: it goes in with no one
+        self._leaders -= 1
+
+    async def _lead(self) -> None:
+        try:
+            if batch := coalesce.take(self._inserts):
+                await self._insert_rows(batch)
+        finally:
+            self._pass_on()
+
+    inserts_blocking: bool = True
+
+    def job_insert_blocking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        """From a thread other than the store's event loop: the call joins the calls
+        waiting there, and this thread waits for its commit."""
+        loop = self._loop
+        if loop is None or not self._ready or loop.is_closed():
+            raise StoreError("the store is not open")
+        if job.unique_key is not None or job.lane is not None:
+            locking = self._insert_locking(job, args)
+            return asyncio.run_coroutine_threadsafe(locking, loop).result()
+        wake = threading.Lock()
+        wake.acquire()
+        pending = PendingInsert(job, args, wake=wake)
+        with self._from_threads_lock:
+            self._from_threads.append(pending)
+            first = len(self._from_threads) == 1
+        if first:  # one wake-up of the loop for every call that arrives meanwhile
+            loop.call_soon_threadsafe(self._take_from_threads)
+        wake.acquire()  # released once its outcome is in
+        return pending.outcome()
+
+    def _take_from_threads(self) -> None:
+        with self._from_threads_lock:
+            calls, self._from_threads = self._from_threads, []
+        self._inserts.extend(calls)
+        if self._leaders < IN_FLIGHT:
+            self._leaders += 1
+            self._pass_on()
+
+    def _withdraw(self, pending: PendingInsert) -> None:
+        """A waiting call's caller was cancelled: its jobs are not inserted, unless a
+        commit has them already; a call told to lead passes that on."""
+        with contextlib.suppress(ValueError):
+            self._inserts.remove(pending)
+        if pending.lead:
+            self._pass_on()
+
+    async def _insert_rows(self, batch: Sequence[PendingInsert]) -> None:
+        """Commit a batch of calls in one statement and tell each caller; if it is
+        refused, each call on its own, so that a refused job fails its own call only."""
+        try:
+            if len(batch) == 1:
+                batch[0].inserted = await self._insert_alike(batch[0].job, batch[0].args)
+            else:
+                await self._insert_together(batch)
+        except Exception as exc:
+            if len(batch) == 1 or not self.refuses(exc):
+                coalesce.fail_all(batch, exc)
+            else:
+                for pending in batch:
+                    try:
+                        pending.inserted = await self._insert_alike(pending.job, pending.args)
+                    except Exception as own:
+                        pending.error = own
+        except BaseException as exc:
+            coalesce.fail_all(batch, exc)
+            raise
+        finally:
+            for pending in batch:
+                pending.settle()
+
+    async def _insert_alike(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         async def insert(conn: Conn) -> list[Inserted]:
             return await insert_jobs(conn, job, args)
 
-        # Without dedup or a lane the insert is one statement, atomic by itself. A lane's
-        # settle is one plan for every enqueue: planning it anew each time (the session's
-        # force_custom_plan) cost more than running it.
+        # Without dedup or a lane the insert is one statement, atomic by itself.
+        return await self._session(insert, transaction=False, idempotent=False, inserts=True)
+
+    async def _insert_together(self, batch: Sequence[PendingInsert]) -> None:
+        jobs = [(p.job, a) for p in batch for a in p.args]
+        params = {
+            "namespaces": [j.namespace for j, _ in jobs], "queues": [j.queue for j, _ in jobs],
+            "tasks": [j.task for j, _ in jobs], "args": [a for _, a in jobs],
+            "states": [j.state.value for j, _ in jobs],
+            "priorities": [j.priority for j, _ in jobs], "run_ats": [j.run_at for j, _ in jobs],
+            "order_times": [j.order_time for j, _ in jobs],
+            "expires_ats": [j.expires_at for j, _ in jobs], "ttrs": [j.ttr for j, _ in jobs],
+            "max_tries": [j.max_tries for j, _ in jobs], "retries": [j.retry for j, _ in jobs],
+            "stages": [j.stage for j, _ in jobs], "contexts": [j.context for j, _ in jobs],
+            "metas": [j.meta for j, _ in jobs], "created_ats": [j.created_at for j, _ in jobs],
+            "timeouts": [j.timeout for j, _ in jobs],
+        }  # fmt: skip
+
+        async def insert(conn: Conn) -> list[int]:
+            return list((await _run(conn, Q["job_insert_rows"], **params))[0][0])
+
+        ids = iter(await self._session(insert, transaction=False, idempotent=False, inserts=True))
+        for pending in batch:
+            pending.inserted = [Inserted(next(ids), True) for _ in pending.args]
+
+    async def _insert_locking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        """Jobs with a unique key or of a lane: in a transaction of their own, which
+        holds the key's and the lane's locks (two calls' locks in one transaction could
+        be taken in an order another process takes the other way round)."""
+
+        async def insert(conn: Conn) -> list[Inserted]:
+            return await insert_jobs(conn, job, args)
+
+        # A lane's settle is one plan for every enqueue: planning it anew each time (the
+        # session's force_custom_plan) cost more than running it.
         return await self._session(
             insert,
-            transaction=job.unique_key is not None or job.lane is not None,
             idempotent=False,
             settings=GENERIC_PLANS if job.lane is not None else None,
         )
