@@ -1,0 +1,140 @@
+"""The enqueue a web application makes: one job per call, from many threads or tasks
+at once. Each call gets its own job, its hooks and its count in the metrics, however
+the calls are committed together (docs/design.md, Enqueue)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import ferryq
+from ferryq import metrics
+
+
+def enqueued(namespace: str = "default", queue: str = "default") -> float:
+    for labels, values in metrics.METRICS.snapshot().get("ferryq_jobs_enqueued", []):
+        if tuple(labels) == (namespace, queue):
+            return float(values[0])
+    return 0.0
+
+
+@pytest.fixture
+def sync_app(backend_url: str) -> Iterator[ferryq.App]:
+    app = ferryq.App(backend_url)
+    yield app
+    app.close()
+
+
+def test_sync_enqueues_from_threads_each_get_their_job_hooks_and_count(
+    sync_app: ferryq.App,
+) -> None:
+    app = sync_app
+    seen: list[tuple[int, list[int]]] = []
+    lock = threading.Lock()
+
+    @app.hooks.before_enqueue
+    def tag(enqueue: ferryq.Enqueue) -> None:
+        enqueue.meta["request"] = threading.get_ident()
+
+    @app.hooks.after_enqueue
+    def note(enqueue: ferryq.Enqueue) -> None:
+        with lock:
+            seen.append((enqueue.count, list(enqueue.ids)))
+
+    @app.task
+    def job(thread: int, n: int) -> None: ...
+
+    before = enqueued()
+    handles: dict[tuple[int, int], ferryq.JobHandle] = {}
+
+    def calls(thread: int) -> None:
+        for n in range(25):
+            handles[thread, n] = job.enqueue(thread, n)
+
+    threads = [threading.Thread(target=calls, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({h.id for h in handles.values()}) == 200
+    for (caller, n), handle in handles.items():
+        stored = app.get_job(handle.id)
+        assert stored.args == [caller, n] and set(stored.meta) == {"request"}
+    assert sorted(ids[0] for _, ids in seen) == sorted(h.id for h in handles.values())
+    assert enqueued() - before == 200
+
+
+def test_calls_with_one_unique_key_from_threads_make_one_job(sync_app: ferryq.App) -> None:
+    @sync_app.task
+    def report() -> None: ...
+
+    handles: list[ferryq.JobHandle] = []
+
+    def call() -> None:
+        handles.append(report.options(unique_key="nightly-report").enqueue())
+
+    threads = [threading.Thread(target=call) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({h.id for h in handles}) == 1
+    assert sum(h.created for h in handles) == 1
+
+
+def test_a_call_with_a_bad_option_fails_alone(sync_app: ferryq.App) -> None:
+    @sync_app.task
+    def job(n: int) -> None: ...
+
+    outcomes: dict[int, object] = {}
+
+    def call(n: int) -> None:
+        try:
+            calling = job.options(delay=-1) if n == 3 else job
+            outcomes[n] = calling.enqueue(n)
+        except ValueError as exc:
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert isinstance(outcomes.pop(3), ValueError)
+    assert all(isinstance(h, ferryq.JobHandle) for h in outcomes.values())
+    assert sorted(j.args[0] for j in sync_app.list_jobs()) == [0, 1, 2, 4, 5, 6, 7]
+
+
+async def test_an_async_enqueue_never_blocks_the_loop_on_another_process_lock(
+    tmp_path: Path,
+) -> None:
+    """At synchronous=normal an async enqueue commits on the loop's thread, but only
+    when the write lock is free at once: while another process holds it, the loop
+    goes on, and the job goes in as soon as the lock is let go."""
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    app = ferryq.App(url)
+    try:
+
+        @app.task
+        def job(n: int) -> None: ...
+
+        await job.enqueue_async(0)  # the store is open
+        other = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        enqueue = asyncio.ensure_future(job.enqueue_async(1))
+        ticks = 0
+        for _ in range(20):  # the loop keeps turning while the enqueue waits
+            await asyncio.sleep(0)
+            ticks += 1
+        assert ticks == 20 and not enqueue.done()
+        other.execute("COMMIT")
+        other.close()
+        handle = await asyncio.wait_for(enqueue, 30)
+        assert (await app.get_job_async(handle.id)).args == [1]
+    finally:
+        await app.aclose()
