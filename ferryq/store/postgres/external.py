@@ -8,15 +8,15 @@ driven step by step without an event loop, since it never really waits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
+from ferryq.store.postgres.on_thread import drive
 from ferryq.store.postgres.queries import Statement
 from ferryq.store.postgres.store import insert_jobs, insert_with
 
-T = TypeVar("T")
 Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
 
 
@@ -54,14 +54,4 @@ def insert_sync(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inser
         cursor = connection.execute(statement.pyformat, params)
         return list(cursor.fetchall()) if cursor.description else []
 
-    return _drive(insert_with(run, job, args))
-
-
-def _drive(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends, without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("the insert suspended on a sync connection")
+    return drive(insert_with(run, job, args))

@@ -39,6 +39,7 @@ from ferryq.store.base import (
 )
 from ferryq.store.coalesce import PendingInsert
 from ferryq.store.postgres import lanes, partitions
+from ferryq.store.postgres.on_thread import ThreadInserts
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
@@ -118,6 +119,7 @@ class PostgresStore(base.Store):
         self._from_threads: list[PendingInsert] = []
         self._from_threads_lock = threading.Lock()
         self._leads: set[asyncio.Task[None]] = set()
+        self._on_thread: ThreadInserts | None = None
         self._listener: _Listener | None = None
         self._leader: Conn | None = None
         self._leading: set[str] = set()
@@ -172,6 +174,9 @@ class PostgresStore(base.Store):
                 self.url, min_size=0, max_size=INSERT_CONNECTIONS,
                 server_settings={**_session_settings(self.url), **INSERT_SETTINGS}, reset=_reset,
             )  # fmt: skip
+            self._on_thread = ThreadInserts(self.url, self.safe_url,
+                                            {**_session_settings(self.url), **INSERT_SETTINGS},
+                                            insert_with)  # fmt: skip
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
@@ -185,6 +190,9 @@ class PostgresStore(base.Store):
 
     async def close(self) -> None:
         self._ready = False
+        if self._on_thread is not None:
+            self._on_thread.close()
+            self._on_thread = None
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -199,6 +207,9 @@ class PostgresStore(base.Store):
 
     def terminate(self) -> None:
         self._ready = False
+        if self._on_thread is not None:
+            self._on_thread.close()
+            self._on_thread = None
         listening = self._listener.conn if self._listener is not None else None
         pools, self._pool, self._inserts_pool = (self._pool, self._inserts_pool), None, None
         for closable in (self._leader, listening, *pools):
@@ -285,7 +296,8 @@ class PostgresStore(base.Store):
     def refuses(self, error: BaseException) -> bool:
         if isinstance(error, ValueError | TypeError | OverflowError):
             return True  # not even encoded: a text no codec takes, an integer past 64 bits
-        if not isinstance(error, asyncpg.PostgresError):
+        # asyncpg's errors, or psycopg's (a sync enqueue's, see on_thread).
+        if not isinstance(error, asyncpg.PostgresError) and not _of_psycopg(error):
             return False
         return str(getattr(error, "sqlstate", None) or "")[:2] in _REFUSALS
 
@@ -371,6 +383,11 @@ class PostgresStore(base.Store):
         if job.unique_key is not None or job.lane is not None:
             locking = self._insert_locking(job, args)
             return asyncio.run_coroutine_threadsafe(locking, loop).result()
+        # With no commit of calls under way, on this thread's own connection.
+        if self._leaders == 0 and (on_thread := self._on_thread) is not None:
+            inserted = on_thread.insert(job, args)
+            if inserted is not None:
+                return inserted
         wake = threading.Lock()
         wake.acquire()
         pending = PendingInsert(job, args, wake=wake)
@@ -947,6 +964,10 @@ async def _migrate(conn: Conn) -> list[int]:
         )  # fmt: skip
         applied.append(version)
     return applied
+
+
+def _of_psycopg(error: BaseException) -> bool:
+    return type(error).__module__.startswith("psycopg")
 
 
 def _session_settings(url: str) -> dict[str, str]:
