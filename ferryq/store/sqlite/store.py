@@ -591,8 +591,11 @@ class SQLiteStore(base.Store):
         return True
 
     def _checkpoint(self) -> None:
+        """After quick commits: a checkpoint, and a look at the free space (a quick
+        commit does neither; while space is short, enqueues leave the quick way)."""
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
+                self._mind_space(self._conn)
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def job_claim(
