@@ -14,6 +14,10 @@ import pytest
 
 import ferryq
 from ferryq import metrics
+from ferryq.store.postgres.store import PostgresStore
+from tests.conformance.jobs import new_job
+from tests.conftest import START
+from tests.pg import PgCluster
 
 
 def enqueued(namespace: str = "default", queue: str = "default") -> float:
@@ -138,3 +142,66 @@ async def test_an_async_enqueue_never_blocks_the_loop_on_another_process_lock(
         assert (await app.get_job_async(handle.id)).args == [1]
     finally:
         await app.aclose()
+
+
+def test_a_sync_enqueue_on_postgres_commits_on_its_thread_and_outlives_a_restart(
+    pg_cluster: PgCluster, pg_url: str
+) -> None:
+    """A sync call with no other enqueue under way inserts on its own thread's
+    connection. A restart ends that connection's session: the next call sees so
+    before it sends anything, and connects again instead of failing."""
+    if not pg_cluster.can_restart:
+        pytest.skip("the server is not this test session's own to restart")
+    app = ferryq.App(pg_url)
+    try:
+
+        @app.task
+        def job(n: int) -> None: ...
+
+        job.enqueue(1)
+        store = app._portal_store
+        assert isinstance(store, PostgresStore) and store._on_thread is not None
+        before = store._on_thread._conn
+        assert before is not None  # the call went on this thread
+        pg_cluster.restart()
+        handle = job.enqueue(2)
+        assert store._on_thread._conn not in (None, before)
+        assert app.get_job(handle.id).args == [2]
+    finally:
+        app.close()
+
+
+def test_a_job_postgres_refuses_on_a_sync_call_is_a_refusal(pg_url: str) -> None:
+    app = ferryq.App(pg_url)
+    try:
+
+        @app.task
+        def job() -> None: ...
+
+        job.enqueue()
+        store = app._portal_store
+        assert store is not None
+        with pytest.raises(Exception) as raised:
+            store.job_insert_blocking(new_job(START, meta="{not json"), ["[]"])
+        assert store.refuses(raised.value)
+        assert len(app.list_jobs()) == 1
+    finally:
+        app.close()
+
+
+def test_a_url_libpq_cannot_read_sends_sync_enqueues_through_the_loop(pg_url: str) -> None:
+    """asyncpg takes a server setting in the URL's query; libpq does not. Such a URL
+    costs the sync enqueue its own connection, not its job."""
+    app = ferryq.App(f"{pg_url}?idle_in_transaction_session_timeout=30s")
+    try:
+
+        @app.task
+        def job(n: int) -> None: ...
+
+        handle = job.enqueue(5)
+        store = app._portal_store
+        assert isinstance(store, PostgresStore) and store._on_thread is not None
+        assert store._on_thread._conn is None
+        assert app.get_job(handle.id).args == [5]
+    finally:
+        app.close()
