@@ -61,12 +61,19 @@ class ThreadInserts:
                 return None
             return self._run(conn, job, args)
         finally:
+            if self._closed:
+                self._drop()
             self._lock.release()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._drop()
+        """Never waits (it may run on an event loop): a thread inserting now drops
+        the connection as it ends."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
 
     def _connection(self) -> Any:
         conn = self._conn
@@ -81,7 +88,11 @@ class ThreadInserts:
             self._next_connect = float("inf")
             return None
         try:
-            self._conn = psycopg.connect(self._url, autocommit=True, options=self._options,
+            # Options the URL gives (a search_path…) apply here as they do on asyncpg's
+            # connections: ours are added to them, not put in their place.
+            given = psycopg.conninfo.conninfo_to_dict(self._url).get("options") or ""
+            options = f"{given} {self._options}".strip()
+            self._conn = psycopg.connect(self._url, autocommit=True, options=options,
                                          connect_timeout=CONNECT_TIMEOUT)  # fmt: skip
         except Exception as exc:  # the loop's pool says what is wrong, and waits
             self._next_connect = time.monotonic() + RETRY_CONNECT

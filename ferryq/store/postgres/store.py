@@ -122,6 +122,8 @@ class PostgresStore(base.Store):
         self._on_thread: ThreadInserts | None = None
         self._kept: Conn | None = None
         self._kept_busy = False
+        self._no_commits = asyncio.Event()  # no commit of enqueue calls under way
+        self._no_commits.set()
         self._listener: _Listener | None = None
         self._leader: Conn | None = None
         self._leading: set[str] = set()
@@ -191,11 +193,12 @@ class PostgresStore(base.Store):
                 raise
 
     async def close(self) -> None:
-        self._ready = False
-        kept, self._kept = self._kept, None
-        if kept is not None and self._inserts_pool is not None:
-            with contextlib.suppress(Exception):
-                await self._inserts_pool.release(kept)
+        self._ready = False  # new enqueues are refused; those under way end first
+        await self._no_commits.wait()
+        if self._inserts_pool is not None and not self._kept_busy:
+            kept, self._kept = self._kept, None
+            if kept is not None:
+                await _give_back(self._inserts_pool, kept)
         if self._on_thread is not None:
             self._on_thread.close()
             self._on_thread = None
@@ -237,23 +240,29 @@ class PostgresStore(base.Store):
         """The enqueues' connection, kept out of the pool between commits: taking one
         from the pool and giving it back cost a tenth of a one-job enqueue. A second
         commit at once (its leader's caller was cancelled) takes one from the pool."""
-        if self._kept_busy:
+        if self._kept_busy or not self._ready:
             async with pool.acquire() as conn:
                 yield conn
             return
         self._kept_busy = True
         try:
             conn = self._kept
-            if conn is None or conn.is_closed():
+            if conn is None or not _usable(conn):  # the server ended it: another
+                self._kept = None
+                if conn is not None:
+                    await _give_back(pool, conn)
                 conn = self._kept = await pool.acquire()
             try:
                 yield conn
             except BaseException:  # the pool resets or drops it; the next takes another
                 self._kept = None
-                await pool.release(conn)
+                await _give_back(pool, conn)
                 raise
         finally:
             self._kept_busy = False
+            if not self._ready and (kept := self._kept) is not None:  # closing meanwhile
+                self._kept = None
+                await _give_back(pool, kept)
 
     async def _session(
         self,
@@ -348,12 +357,15 @@ class PostgresStore(base.Store):
         if job.unique_key is not None or job.lane is not None:
             return await self._insert_locking(job, args)
         # Calls made at the same time share commits (see ferryq.store.coalesce). Up to
-        # IN_FLIGHT commits of calls run at once, each led by a call that commits every
+        # IN_FLIGHT commits of calls run at once (and the commits whose leader's caller
+        # was cancelled, which go on without it), each led by a call that commits every
         # call queued by then; the calls queued meanwhile wait, and as a commit ends the
         # first of them leads the next.
+        if not self._ready:
+            raise StoreError("the store is not open")
         pending = PendingInsert(job, args)
         if self._leaders < IN_FLIGHT and not self._inserts:
-            self._leaders += 1
+            self._lead_one()
             self._inserts.append(pending)
         else:
             pending.loop = asyncio.get_running_loop()
@@ -392,8 +404,14 @@ class PostgresStore(base.Store):
                 head.lead = True
                 head.future.set_result(None)
                 return
-            self._inserts.popleft()  # its caller was cancelled: it goes in with no one
+            self._inserts.popleft()  # its caller was cancelled: its jobs are dropped
         self._leaders -= 1
+        if not self._leaders:
+            self._no_commits.set()
+
+    def _lead_one(self) -> None:
+        self._leaders += 1
+        self._no_commits.clear()
 
     async def _lead(self) -> None:
         try:
@@ -410,6 +428,8 @@ class PostgresStore(base.Store):
         loop = self._loop
         if loop is None or not self._ready or loop.is_closed():
             raise StoreError("the store is not open")
+        if _running_loop() is loop:
+            raise RuntimeError("a blocking enqueue cannot run on the store's own event loop")
         if job.unique_key is not None or job.lane is not None:
             locking = self._insert_locking(job, args)
             return asyncio.run_coroutine_threadsafe(locking, loop).result()
@@ -434,7 +454,7 @@ class PostgresStore(base.Store):
             calls, self._from_threads = self._from_threads, []
         self._inserts.extend(calls)
         if self._leaders < IN_FLIGHT:
-            self._leaders += 1
+            self._lead_one()
             self._pass_on()
 
     def _withdraw(self, pending: PendingInsert) -> None:
@@ -462,8 +482,10 @@ class PostgresStore(base.Store):
                         pending.inserted = await self._insert_alike(pending.job, pending.args)
                     except Exception as own:
                         pending.error = own
-        except BaseException as exc:
-            coalesce.fail_all(batch, exc)
+        except BaseException as exc:  # its leader was cancelled, or the loop stops
+            stopped = StoreError("the enqueue was interrupted: its commit was cancelled")
+            stopped.__cause__ = exc
+            coalesce.fail_all(batch, stopped)
             raise
         finally:
             for pending in batch:
@@ -994,6 +1016,27 @@ async def _migrate(conn: Conn) -> list[int]:
         )  # fmt: skip
         applied.append(version)
     return applied
+
+
+def _usable(conn: Conn) -> bool:
+    """Whether a connection kept out of the pool still works: asyncpg gives the
+    pool back a connection the server ended, and its proxy then refuses every call."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
+async def _give_back(pool: asyncpg.Pool, conn: Conn) -> None:
+    with contextlib.suppress(Exception):  # given back already, with its connection gone
+        await pool.release(conn)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _of_psycopg(error: BaseException) -> bool:
