@@ -96,7 +96,8 @@ class App:
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None]] = {}
         self._store_lock = threading.Lock()
         self._portal: Portal | None = None
-        self._portal_store: Store | None = None  # the portal loop's, for sync enqueues
+        # The portal loop's store, for sync enqueues (see _insert_sync).
+        self._portal_store: tuple[Portal, Store] | None = None
         #: Your code around every enqueue and every attempt: see ``ferryq.hooks``.
         self.hooks = Hooks()
 
@@ -255,11 +256,13 @@ class App:
 
     def portal_call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` to completion from sync code."""
+        return self._the_portal().call(coro)
+
+    def _the_portal(self) -> Portal:
         with self._store_lock:
             if self._portal is None:
                 self._portal = Portal()
-            portal = self._portal
-        return portal.call(coro)
+            return self._portal
 
     def close(self) -> None:
         """Close every connection this App opened, and its portal thread.
@@ -286,6 +289,8 @@ class App:
         with self._store_lock:
             store = self._stores.pop(loop, None)
             closer = self._closers.pop(loop, None)
+            if self._portal_store is not None and self._portal_store[1] is store:
+                self._portal_store = None
         if closer is not None:
             await closer.aclose()  # closes the store
         elif store is not None:
@@ -341,31 +346,25 @@ class App:
     def enqueue_raw_sync(
         self, task: str, encoded_args: Sequence[str], options: JobOptions
     ) -> list[JobHandle]:
-        """The sync twin of ``enqueue_raw``. A backend that can commits on the caller's
-        thread (SQLite): no hop through the portal's event loop for the insert."""
+        """The sync twin of ``enqueue_raw``: the store commits on the caller's thread
+        (``Store.job_insert_blocking``), with no hop through the portal's event loop.
+        With enqueue hooks the call runs on the portal, as ``enqueue_raw``, so that
+        they run in one task, in a copy of this thread's context."""
+        if self.hooks.around_enqueue:
+            return self.portal_call(self.enqueue_raw(task, encoded_args, options))
         job = self._new_job(task, encoded_args, options)
         if not encoded_args:
             return []
-        if not self.hooks.around_enqueue:
-            return self._insert_sync(job, encoded_args)
-        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
-        try:  # the hooks run on the portal, in a copy of this thread's context
-            self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
-            job.meta = self._hooked_meta(call)
-            handles = self._insert_sync(job, encoded_args)
-        except BaseException as exc:
-            call.exception = exc
-            raise
-        else:
-            call.ids = [handle.id for handle in handles]
-            return handles
-        finally:
-            self.portal_call(self.hooks.call(self.hooks.after_enqueue_hooks, call))
+        return self._insert_sync(job, encoded_args)
 
     def _insert_sync(self, job: NewJob, encoded_args: Sequence[str]) -> list[JobHandle]:
-        store = self._portal_store
-        if store is None:
-            store = self._portal_store = self.portal_call(self.store())
+        # The portal loop's store, kept with the portal it belongs to: a store kept
+        # from before close() would be closed, and the portal new.
+        portal = self._the_portal()
+        kept = self._portal_store
+        if kept is None or kept[0] is not portal:
+            kept = self._portal_store = (portal, portal.call(self.store()))
+        store = kept[1]
         if not store.inserts_blocking:
             return self.portal_call(self._insert(job, encoded_args, None))
         inserted = store.job_insert_blocking(job, encoded_args)
