@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
+import psycopg
 import pytest
 
 import ferryq
@@ -159,7 +162,9 @@ def test_a_sync_enqueue_on_postgres_commits_on_its_thread_and_outlives_a_restart
         def job(n: int) -> None: ...
 
         job.enqueue(1)
-        store = app._portal_store
+        app.portal_call(job.enqueue_async(0))  # the loop's enqueues keep a connection
+        assert app._portal_store is not None
+        store = app._portal_store[1]
         assert isinstance(store, PostgresStore) and store._on_thread is not None
         before = store._on_thread._conn
         assert before is not None  # the call went on this thread
@@ -167,8 +172,56 @@ def test_a_sync_enqueue_on_postgres_commits_on_its_thread_and_outlives_a_restart
         handle = job.enqueue(2)
         assert store._on_thread._conn not in (None, before)
         assert app.get_job(handle.id).args == [2]
+        # The connection the loop's enqueues kept is gone too: they take another.
+        began = time.monotonic()
+        on_loop = app.portal_call(job.enqueue_async(3))
+        assert app.get_job(on_loop.id).args == [3] and time.monotonic() - began < 10
     finally:
         app.close()
+
+
+def test_options_in_the_url_apply_to_sync_enqueues_too(pg_url: str) -> None:
+    """A search_path given in the URL's ``options`` puts ferryq's tables in a schema;
+    a sync enqueue's own connection must write there too, not to ``public``."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA app_a")
+    app = ferryq.App(f"{pg_url}?options=-c%20search_path%3Dapp_a")
+    try:
+
+        @app.task
+        def job(n: int) -> None: ...
+
+        job.enqueue(1)
+        app.portal_call(job.enqueue_async(2))
+        assert sorted(j.args[0] for j in app.list_jobs()) == [1, 2]
+    finally:
+        app.close()
+
+
+async def test_close_lets_the_enqueues_under_way_end(pg_url: str) -> None:
+    """A store closed while enqueue calls wait for a commit: they all go in, and
+    calls made after close began are refused."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    blocker = await asyncpg.connect(pg_url)
+    held = blocker.transaction()
+    await held.start()
+    await blocker.execute("LOCK TABLE ferryq_jobs IN SHARE MODE")
+    calls = [asyncio.ensure_future(store.job_insert_many(new_job(START), [f"[{n}]"]))
+             for n in range(4)]  # fmt: skip
+    for _ in range(3000):
+        if len(store._inserts) == 3:
+            break
+        await asyncio.sleep(0.001)
+    closing = asyncio.ensure_future(store.close())
+    await asyncio.sleep(0)
+    with pytest.raises(ferryq.StoreError):
+        await store.job_insert_many(new_job(START), ["[9]"])
+    await held.rollback()
+    await blocker.close()
+    results = [await call for call in calls]
+    await asyncio.wait_for(closing, 30)
+    assert len({rows[0].id for rows in results}) == 4
 
 
 def test_a_job_postgres_refuses_on_a_sync_call_is_a_refusal(pg_url: str) -> None:
@@ -179,7 +232,8 @@ def test_a_job_postgres_refuses_on_a_sync_call_is_a_refusal(pg_url: str) -> None
         def job() -> None: ...
 
         job.enqueue()
-        store = app._portal_store
+        assert app._portal_store is not None
+        store = app._portal_store[1]
         assert store is not None
         with pytest.raises(Exception) as raised:
             store.job_insert_blocking(new_job(START, meta="{not json"), ["[]"])
@@ -199,7 +253,8 @@ def test_a_url_libpq_cannot_read_sends_sync_enqueues_through_the_loop(pg_url: st
         def job(n: int) -> None: ...
 
         handle = job.enqueue(5)
-        store = app._portal_store
+        assert app._portal_store is not None
+        store = app._portal_store[1]
         assert isinstance(store, PostgresStore) and store._on_thread is not None
         assert store._on_thread._conn is None
         assert app.get_job(handle.id).args == [5]
