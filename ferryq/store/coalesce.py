@@ -13,6 +13,7 @@ the waiting call, and how a batch's outcome reaches each one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import threading
 from collections import deque
@@ -65,7 +66,8 @@ class PendingInsert:
         if loop is None or running is loop:
             _resolve(future)
         else:
-            loop.call_soon_threadsafe(_resolve, future)
+            with contextlib.suppress(RuntimeError):  # its loop is closed: no one waits
+                loop.call_soon_threadsafe(_resolve, future)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

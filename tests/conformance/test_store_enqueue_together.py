@@ -19,6 +19,7 @@ import asyncpg
 import pytest
 
 from ferryq._portal import Portal
+from ferryq.errors import StoreError
 from ferryq.store import Store, open_store
 from ferryq.store.base import Inserted, JobFilter, NewJob
 from ferryq.store.postgres.store import PostgresStore
@@ -277,3 +278,37 @@ def _wait_for(condition: Callable[[], bool]) -> None:
 
 def _all() -> JobFilter:
     return JobFilter(limit=10_000)
+
+
+def test_terminate_while_calls_commit_ends_them_cleanly(tmp_path: Any) -> None:
+    """terminate() while threads and the loop's thread commit enqueues: each call gets
+    its ids or a StoreError, and no connection is closed under a commit (which would
+    crash the process)."""
+    outcomes: list[object] = []
+    for round_no in range(5):
+        portal = Portal()
+        store = SQLiteStore(str(tmp_path / f"jobs{round_no}.db"))
+        portal.call(store.open())
+
+        def call(n: int, store: SQLiteStore = store) -> None:
+            for _ in range(50):
+                try:
+                    outcomes.append(store.job_insert_blocking(*jobs(1)[0]))
+                except StoreError as exc:
+                    outcomes.append(exc)
+
+        async def on_loop(store: SQLiteStore = store) -> None:
+            for job, args in jobs(50):
+                try:
+                    outcomes.append(await store.job_insert_many(job, args))
+                except StoreError as exc:
+                    outcomes.append(exc)
+
+        looping = asyncio.run_coroutine_threadsafe(on_loop(), portal.loop)
+        with _threads(call, 4) as threads:
+            for thread in threads:
+                thread.start()
+            store.terminate()
+        looping.result(30)
+        portal.close()
+    assert outcomes and all(isinstance(o, list | StoreError) for o in outcomes)

@@ -92,6 +92,9 @@ SHORT_CHECKPOINT = 64
 #: enqueue's, on the event loop's thread, which must not do it itself: a checkpoint
 #: waits for the disk). SQLite's own rule is about every thousand pages.
 QUICK_CHECKPOINT = 128
+#: The most jobs a call commits on the event loop's thread: a larger call (or one
+#: whose lane must be settled) would hold up the loop, and goes to the store's thread.
+QUICK_JOBS = 16
 #: The WAL file is cut back to this size when SQLite starts it over after a burst (a
 #: large enqueue_many, checkpoints held off by readers), instead of keeping its peak.
 WAL_SIZE_LIMIT = 16 << 20
@@ -224,10 +227,14 @@ class SQLiteStore(base.Store):
         self._closing.set()
         if executor is not None:
             executor.shutdown(wait=True)
-        for conn in (self._conn, self._quick, self._watch):
-            if conn is not None:
-                conn.close()
-        self._conn = self._quick = self._watch = None
+        # An enqueue on another thread may be using them: closing one under it
+        # would crash the process. (A write waiting for another process's lock
+        # gives up within LOCK_POLL, as the store closes.)
+        with self._conn_lock:
+            for conn in (self._conn, self._quick, self._watch):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._quick = self._watch = None
 
     def _close_writers(self) -> None:
         with self._conn_lock:
@@ -454,7 +461,8 @@ class SQLiteStore(base.Store):
         if self._executor is None:
             raise StoreError("the store is closed")
         pending = PendingInsert(job, args)
-        if self._quick is not None and not self._leading and self._quick_insert(pending):
+        quick = len(args) <= QUICK_JOBS and job.lane is None and job.unique_key is None
+        if quick and not self._leading and self._quick_insert(pending):
             return pending.outcome()
         loop = asyncio.get_running_loop()
         pending.future, pending.loop = loop.create_future(), loop
@@ -464,7 +472,7 @@ class SQLiteStore(base.Store):
             await pending.future
         except asyncio.CancelledError:
             # Not inserted, unless a commit has it already (the caller cannot tell).
-            with contextlib.suppress(ValueError):
+            with self._inserts_lock, contextlib.suppress(ValueError):
                 self._inserts.remove(pending)
             raise
         return pending.outcome()
@@ -480,9 +488,13 @@ class SQLiteStore(base.Store):
         if not self._queue_insert(pending):
             wake.acquire()  # released once its outcome is in
             return pending.outcome()
-        with self._conn_lock:  # nothing was under way: this call is first in line
-            self._commit(coalesce.take(self._inserts))
-        self._pass_on()
+        try:
+            with self._conn_lock:  # nothing was under way: this call is first in line
+                with self._inserts_lock:
+                    batch = coalesce.take(self._inserts)
+                self._commit(batch)
+        finally:
+            self._pass_on()
         return pending.outcome()
 
     def _queue_insert(self, pending: PendingInsert) -> bool:
@@ -524,10 +536,16 @@ class SQLiteStore(base.Store):
         """Commit a batch of calls and tell each caller. The connection lock is held."""
         try:
             self._insert_batch(batch)
-        except BaseException as exc:  # not a write's failure: the store closed
+        except Exception as exc:  # a lone call's refusal, or the store closed
             coalesce.fail_all(batch, exc)
-        for pending in batch:
-            pending.settle()
+        except BaseException as exc:  # the committing thread is interrupted
+            stopped = StoreError("the enqueue was interrupted: its commit was cancelled")
+            stopped.__cause__ = exc
+            coalesce.fail_all(batch, stopped)
+            raise
+        finally:
+            for pending in batch:
+                pending.settle()
 
     def _insert_batch(self, batch: Sequence[PendingInsert]) -> None:
         def insert(conn: sqlite3.Connection) -> list[list[Inserted]]:
@@ -558,12 +576,14 @@ class SQLiteStore(base.Store):
         it is not (another process writes), when the disk is short of space (the
         store's thread minds the WAL then), or when this process's own connection is
         in use."""
-        conn = self._quick
-        if conn is None or self._short or self._reclaim:
+        if self._quick is None or self._short or self._reclaim:
             return False
         if not self._conn_lock.acquire(blocking=False):
             return False
         try:
+            conn = self._quick  # read again under the lock: terminate() may have run
+            if conn is None:
+                return False
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
@@ -585,9 +605,10 @@ class SQLiteStore(base.Store):
             self._conn_lock.release()
         # Its commits never checkpoint: the store's thread does, now and then.
         self._quick_commits += 1
-        if self._quick_commits % QUICK_CHECKPOINT == 0 and self._executor is not None:
+        executor = self._executor
+        if self._quick_commits % QUICK_CHECKPOINT == 0 and executor is not None:
             with contextlib.suppress(RuntimeError):
-                self._executor.submit(self._locked, self._checkpoint)
+                executor.submit(self._locked, self._checkpoint)
         return True
 
     def _checkpoint(self) -> None:
