@@ -65,6 +65,7 @@ from ferryq.store.sql import (
     split_script,
     worker_from_row,
 )
+from ferryq.store.sqlite import wake
 from ferryq.store.sqlite.queries import MIGRATIONS, Q
 
 log = logging.getLogger("ferryq.store.sqlite")
@@ -72,11 +73,20 @@ T = TypeVar("T")
 #: The longest one attempt at the write lock waits in SQLite's busy handler; between
 #: attempts the store looks whether it is closing, when a write gives up the wait.
 LOCK_POLL = 0.5
-#: Waits check ``PRAGMA data_version`` at most every BUSY_POLL seconds while the database
-#: is busy (it changed twice in the last BUSY_FOR seconds), else every IDLE_POLL seconds:
+#: Where a store has no wake-ups (see ferryq.store.sqlite.wake), its waits check
+#: ``PRAGMA data_version`` at most every BUSY_POLL seconds while the database is busy
+#: (it changed twice in the last BUSY_FOR seconds), else every IDLE_POLL seconds:
 #: a process at work hears of the next write within ms, an idle one costs little (a
 #: lone write now and then, such as a maintenance leader's, does not count as busy).
 BUSY_POLL, BUSY_FOR, IDLE_POLL = 0.005, 0.25, 0.05
+#: The writes of these methods wake no other store: no waiter looks for what they
+#: write (heartbeats, leadership, lease renewals), and an idle worker makes them all
+#: the time. A store that waits still sees them at its next safety poll.
+QUIET_WRITES = tuple(
+    f"SQLiteStore.{method}."
+    for method in ("job_leases", "leader_acquire", "leader_release", "worker_beat",
+                   "worker_prune", "worker_remove")
+)  # fmt: skip
 FOLD_ROWS = 50_000  # history rows counted per fold, at most (one short write)
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
 _NONE = FinishReport([], [])
@@ -168,6 +178,11 @@ class SQLiteStore(base.Store):
         self._finish_version = -1  # data_version when wait_for_finish last returned
         self._seen_version = -1
         self._changes = (float("-inf"), float("-inf"))  # when the last two changes were seen
+        # Wake-ups between stores (see ferryq.store.sqlite.wake): commits ring the
+        # waiting stores' bells; this store's bell is made by its first wait.
+        self._wakes = wake.Notifier(wake.folder_of(self._file))
+        self._bell: wake.Bell | None = None
+        self._bell_tried = False
         self._open_lock = threading.Lock()
         self._closing = threading.Event()
         self._short = False  # keeping the WAL short: little space left
@@ -221,6 +236,7 @@ class SQLiteStore(base.Store):
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+        self._stop_listening()
 
     def terminate(self) -> None:
         executor, self._executor = self._executor, None
@@ -235,6 +251,16 @@ class SQLiteStore(base.Store):
                 if conn is not None:
                     conn.close()
             self._conn = self._quick = self._watch = None
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        """After the connections closed: waits under way end (their data version
+        reads as unknown), and the store's socket goes."""
+        bell, self._bell, self._bell_tried = self._bell, None, False
+        self._wakes.listen(None)
+        self._wakes.close()
+        if bell is not None:
+            bell.close()
 
     def _close_writers(self) -> None:
         with self._conn_lock:
@@ -386,6 +412,7 @@ class SQLiteStore(base.Store):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise
+        self._wakes.committed(conn, conn.total_changes, _quiet(fn))
         return result
 
     def _mind_space(self, conn: sqlite3.Connection) -> None:
@@ -601,6 +628,8 @@ class SQLiteStore(base.Store):
                         conn.execute("ROLLBACK")
             if pending.error is not None:
                 pending.inserted = None
+            else:
+                self._wakes.committed(conn, conn.total_changes)
         finally:
             self._conn_lock.release()
         # Its commits never checkpoint: the store's thread does, now and then.
@@ -695,16 +724,22 @@ class SQLiteStore(base.Store):
         self._finish_version = self._data_version()
 
     async def wait_for_change(self, within: float, *, patient: bool = False) -> bool:
-        """Poll ``PRAGMA data_version``: a few microseconds, no lock, no disk. A worker
-        waits eagerly (its pickup latency is the poll's); ``patient`` waits idle less."""
+        """Whether another connection wrote since the last claim (or take), within
+        ``within`` seconds. Other stores' commits wake the wait; without wake-ups it
+        polls ``PRAGMA data_version`` (a few microseconds, no lock, no disk): eagerly,
+        or, ``patient``, seldom while the database is idle."""
         return await self._version_moves(lambda: self._claim_version, within, patient)
 
     async def _version_moves(
         self, baseline: Callable[[], int], within: float, patient: bool = True
     ) -> bool:
         """Whether ``data_version`` differs from ``baseline()`` within ``within`` seconds.
-        It is checked after pauses that grow from 0.5 ms to BUSY_POLL, and, when
-        ``patient``, every IDLE_POLL while the database is not busy."""
+        With a bell it is checked at each wake-up and every ``wake.SAFETY_POLL``; else
+        after pauses that grow from 0.5 ms to BUSY_POLL, and, when ``patient``, every
+        IDLE_POLL while the database is not busy."""
+        bell = self._bell_here()
+        if bell is not None:
+            return await bell.until(lambda: self._data_version() != baseline(), within)
         deadline = time.monotonic() + within
         pause = 0.0005
         while True:
@@ -716,6 +751,17 @@ class SQLiteStore(base.Store):
             quiet = patient and now - self._changes[0] >= BUSY_FOR
             await asyncio.sleep(min(IDLE_POLL if quiet else pause, deadline - now))
             pause = min(pause * 1.5, BUSY_POLL)
+
+    def _bell_here(self) -> wake.Bell | None:
+        """The store's bell, made by its first wait on that wait's event loop; None
+        where it has none (its waits poll) or for a wait on another loop."""
+        loop = asyncio.get_running_loop()
+        if not self._bell_tried and self._watch is not None:
+            self._bell_tried = True
+            self._bell = wake.Bell.open(self._file, loop)
+            self._wakes.listen(self._bell)
+        bell = self._bell
+        return bell if bell is not None and bell.loop is loop else None
 
     def _data_version(self) -> int:
         if self._watch is None:
@@ -1051,6 +1097,11 @@ class SQLiteStore(base.Store):
             return conn.execute(Q["worker_prune"], {"before": dead_before}).rowcount
 
         return await self._call(self._write, prune)
+
+
+def _quiet(write: Callable[..., Any]) -> bool:
+    """Whether a write wakes no other store (see QUIET_WRITES)."""
+    return getattr(write, "__qualname__", "").startswith(QUIET_WRITES)
 
 
 # -- errors and space ----------------------------------------------------------
