@@ -1,15 +1,19 @@
-"""How the SQLite store waits for other connections' writes: ``PRAGMA data_version``,
-checked often while the database is busy and seldom while it is idle."""
+"""How the SQLite store waits for other connections' writes: it looks at ``PRAGMA
+data_version`` when woken (see tests/integration/test_sqlite_wakeups.py) and every
+second; where it cannot have wake-ups, it polls, often while the database is busy and
+seldom while it is idle."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from ferryq.store.sqlite import wake
 from ferryq.store.sqlite.store import IDLE_POLL, SQLiteStore
 from tests.conftest import START
 
@@ -32,9 +36,21 @@ def commit_elsewhere(store: SQLiteStore) -> None:
         conn.close()
 
 
-async def test_an_idle_wait_checks_the_database_seldom(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+@pytest.fixture
+async def polling_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """A store that cannot have wake-ups: a file stands where their folder would be."""
+    opened = SQLiteStore(str(tmp_path / "ferryq.db"))
+    wake.folder_of(opened.path).write_text("")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def test_without_wake_ups_an_idle_wait_polls_seldom(
+    polling_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    store = polling_store
+    caplog.set_level(logging.INFO, logger="ferryq.store.sqlite")
     await store.job_take("ns", "q", 1, "http:test", 30.0, START)  # what is new from here
     checks = 0
     version = store._data_version
@@ -53,6 +69,33 @@ async def test_an_idle_wait_checks_the_database_seldom(
     checks = 0
     assert await store.wait_for_change(within) is False
     assert checks > within / IDLE_POLL * 3, f"only {checks} checks in an eager wait"
+    said = [r for r in caplog.records if "no wake-ups between processes" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO]  # once, and not as a warning
+    # A write is still seen.
+    await asyncio.to_thread(commit_elsewhere, store)
+    assert await asyncio.wait_for(store.wait_for_change(30.0), 5.0) is True
+
+
+async def test_a_wait_with_wake_ups_looks_once_a_second(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.job_take("ns", "q", 1, "http:test", 30.0, START)
+    checks = 0
+    version = store._data_version
+
+    def counted() -> int:
+        nonlocal checks
+        checks += 1
+        return version()
+
+    monkeypatch.setattr(store, "_data_version", counted)
+    monkeypatch.setattr(wake, "SAFETY_POLL", 0.2)
+    within = 0.5
+    assert await store.wait_for_change(within) is False
+    assert checks <= within / wake.SAFETY_POLL + 2, f"{checks} checks in {within} s"
+    # A writer that sends no wake-ups (here: not ferryq) is seen at the next look.
+    await asyncio.to_thread(commit_elsewhere, store)
+    assert await asyncio.wait_for(store.wait_for_change(30.0), 5.0) is True
 
 
 async def test_a_wait_for_a_finish_ends_with_another_connections_commit(
