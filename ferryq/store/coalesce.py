@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ferryq.errors import StoreError
 from ferryq.store.base import Inserted, NewJob
 
 #: The most calls one transaction takes: a batch stays a short transaction.
@@ -89,6 +90,14 @@ def fail_all(batch: Sequence[PendingInsert], error: BaseException) -> None:
     for index, pending in enumerate(batch):
         if not pending.done:
             pending.error = error if index == 0 else _copy(error)
+
+
+def fail_interrupted(batch: Sequence[PendingInsert], cause: BaseException) -> None:
+    """The committer of a batch was interrupted (its caller cancelled, its thread or
+    loop stopping): the other callers get a StoreError, not the interruption."""
+    stopped = StoreError("the enqueue was interrupted: its commit was cancelled")
+    stopped.__cause__ = cause
+    fail_all(batch, stopped)
 
 
 def _copy(error: BaseException) -> BaseException:

@@ -483,9 +483,7 @@ class PostgresStore(base.Store):
                     except Exception as own:
                         pending.error = own
         except BaseException as exc:  # its leader was cancelled, or the loop stops
-            stopped = StoreError("the enqueue was interrupted: its commit was cancelled")
-            stopped.__cause__ = exc
-            coalesce.fail_all(batch, stopped)
+            coalesce.fail_interrupted(batch, exc)
             raise
         finally:
             for pending in batch:

@@ -566,9 +566,7 @@ class SQLiteStore(base.Store):
         except Exception as exc:  # a lone call's refusal, or the store closed
             coalesce.fail_all(batch, exc)
         except BaseException as exc:  # the committing thread is interrupted
-            stopped = StoreError("the enqueue was interrupted: its commit was cancelled")
-            stopped.__cause__ = exc
-            coalesce.fail_all(batch, stopped)
+            coalesce.fail_interrupted(batch, exc)
             raise
         finally:
             for pending in batch:
