@@ -29,7 +29,7 @@ from ferryq.insights import (
 )
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
-from ferryq.store.base import LaneInfo, PeriodicState, Token
+from ferryq.ops import LaneInfo, PeriodicState, Token
 
 STATE_STYLES: dict[State, str] = {
     State.SCHEDULED: "cyan",

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
-from ferryq import _json, insights, lanes, metrics, policy
+from ferryq import _json, insights, metrics, policy
 from ferryq._portal import Portal
 from ferryq.backoff import Backoff
 from ferryq.context import Context
@@ -31,10 +31,11 @@ from ferryq.handle import JobHandle
 from ferryq.hooks import Enqueue, Hooks
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.lanes import LaneRule
+from ferryq.ops import JobFilter, LaneInfo, Operations, Signals
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
-from ferryq.store.base import JobFilter, LaneInfo, NewJob
+from ferryq.store.base import NewJob
 from ferryq.task import ExceptionTypes, Failures, Task
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class App:
         self._portal_store: tuple[Portal, Store] | None = None
         #: Your code around every enqueue and every attempt: see ``ferryq.hooks``.
         self.hooks = Hooks()
+        #: What this process hears about at once (see ``ferryq.ops.Signals``).
+        self.signals = Signals()
 
     def use(self, middleware: object) -> None:
         """Register the hook methods of ``middleware`` (``app.hooks.use``)."""
@@ -241,6 +244,11 @@ class App:
             await anext(closer)
         await store.open()
         return store
+
+    async def operations(self) -> Operations:
+        """The reads and operator actions on this event loop's store: what every face
+        (these methods, the CLI, the HTTP server, the dashboard) goes through."""
+        return Operations(await self.store(), self.clock, self.signals)
 
     async def migrate_async(self) -> tuple[list[int], int]:
         """Apply pending migrations: (versions applied now, schema version)."""
@@ -496,10 +504,7 @@ class App:
     # -- reading and operating jobs ----------------------------------------------
 
     async def get_job_async(self, job_id: int) -> Job:
-        job = await (await self.store()).job_get(_job_id(job_id))
-        if job is None:
-            raise JobNotFound(job_id)
-        return job
+        return await (await self.operations()).get(_job_id(job_id))
 
     def get_job(self, job_id: int) -> Job:
         return self.portal_call(self.get_job_async(job_id))
@@ -508,51 +513,44 @@ class App:
         """Wait until the job is terminal; its result, or :class:`JobFailed`."""
         if timeout is not None and math.isnan(timeout):
             raise ValueError("timeout must be a number of seconds or None, not nan")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        store = await self.store()
-        poll = 0.002
-        while True:
-            job = await self.get_job_async(job_id)
-            if job.state == State.SUCCEEDED:
-                return job.result
-            if job.terminal:
-                raise _FAILURES[job.state](job.id, job.state, job.error)
-            left = 1.0 if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise ResultTimeout(f"job {job_id} is still {job.state} after {timeout} s")
-            await store.wait_for_finish(left, poll)
-            poll = min(poll * 1.5, 0.1)
+        ops = await self.operations()
+        job = await ops.wait_ended(await ops.get(_job_id(job_id)), timeout)
+        if job is None:  # purged while we waited
+            raise JobNotFound(job_id)
+        if job.state == State.SUCCEEDED:
+            return job.result
+        if job.terminal:
+            raise _FAILURES[job.state](job.id, job.state, job.error)
+        raise ResultTimeout(f"job {job_id} is still {job.state} after {timeout} s")
 
     async def cancel_async(self, job_id: int) -> Job:
-        return await (await self.store()).job_cancel(_job_id(job_id), self.clock())
+        return await (await self.operations()).cancel(_job_id(job_id))
 
     def cancel(self, job_id: int) -> Job:
         return self.portal_call(self.cancel_async(job_id))
 
     async def respawn_async(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
         """Queue dead, cancelled or expired jobs again with a fresh try count."""
-        now = self.clock()
-        ids = _job_ids(job_ids)
-        return await (await self.store()).job_respawn(ids, now, policy.expires_at(now, ttl))
+        return await (await self.operations()).respawn(_job_ids(job_ids), ttl)
 
     def respawn(self, job_ids: Sequence[int], ttl: float | None = None) -> list[int]:
         return self.portal_call(self.respawn_async(job_ids, ttl))
 
     async def purge_async(self, job_ids: Sequence[int]) -> int:
-        return await (await self.store()).job_purge(_job_ids(job_ids), self.clock())
+        return await (await self.operations()).purge(_job_ids(job_ids))
 
     def purge(self, job_ids: Sequence[int]) -> int:
         return self.portal_call(self.purge_async(job_ids))
 
     async def list_jobs_async(self, **filters: Any) -> list[Job]:
         filters.setdefault("namespace", self.namespace)
-        return await (await self.store()).job_list(JobFilter(**filters))
+        return await (await self.operations()).jobs(JobFilter(**filters))
 
     def list_jobs(self, **filters: Any) -> list[Job]:
         return self.portal_call(self.list_jobs_async(**filters))
 
     async def explain_async(self, job_id: int) -> Explanation:
-        return await insights.explain(await self.store(), _job_id(job_id), self.clock())
+        return await (await self.operations()).explain(_job_id(job_id))
 
     def explain(self, job_id: int) -> Explanation:
         return self.portal_call(self.explain_async(job_id))
@@ -566,36 +564,34 @@ class App:
         ``limit`` running jobs; ``on_dead="halt"`` stops the lane behind a dead job.
         Without ``on_dead`` an existing rule keeps its policy, a new one continues.
         Jobs not started yet follow the new rule at once."""
-        store = await self.store()
-        rule = lanes.changed_rule(await store.lane_rules(self.namespace), pattern, limit, on_dead)
-        await store.lane_rule_set(self.namespace, rule, self.clock())
-        return rule
+        ops = await self.operations()
+        return await ops.set_lane_limit(self.namespace, pattern, limit, on_dead)
 
     def set_lane_limit(self, pattern: str, limit: int, on_dead: str | None = None) -> LaneRule:
         return self.portal_call(self.set_lane_limit_async(pattern, limit, on_dead))
 
     async def clear_lane_limit_async(self, pattern: str) -> bool:
         """Drop a rule: its lanes fall back to the next matching rule, or limit 1."""
-        return await (await self.store()).lane_rule_delete(self.namespace, pattern, self.clock())
+        return await (await self.operations()).clear_lane_limit(self.namespace, pattern)
 
     def clear_lane_limit(self, pattern: str) -> bool:
         return self.portal_call(self.clear_lane_limit_async(pattern))
 
     async def lane_limits_async(self) -> list[LaneRule]:
-        return await (await self.store()).lane_rules(self.namespace)
+        return await (await self.operations()).lane_rules(self.namespace)
 
     def lane_limits(self) -> list[LaneRule]:
         return self.portal_call(self.lane_limits_async())
 
     async def lanes_async(self, limit: int = 50) -> list[LaneInfo]:
         """Lanes with unfinished jobs, busiest first, then halted lanes."""
-        return await (await self.store()).lane_list(self.namespace, limit)
+        return await (await self.operations()).lanes(self.namespace, limit)
 
     def lanes(self, limit: int = 50) -> list[LaneInfo]:
         return self.portal_call(self.lanes_async(limit))
 
     async def stats_async(self) -> insights.Stats:
-        return await insights.stats(await self.store(), self.namespace, self.clock())
+        return await (await self.operations()).stats(self.namespace)
 
     def stats(self) -> insights.Stats:
         return self.portal_call(self.stats_async())

@@ -40,7 +40,7 @@ from ferryq import _render
 from ferryq.app import App
 from ferryq.insights import Stats
 from ferryq.job import TERMINAL_STATES, Job, State
-from ferryq.store.base import LaneInfo
+from ferryq.ops import LaneInfo
 
 EMAILS = 200
 IMAGES = 40

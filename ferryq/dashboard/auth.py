@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ferryq.errors import ConfigurationError
-from ferryq.store.base import Store, Token
+from ferryq.ops import Operations, Token
 
 COOKIE = "ferryq_session"
 LOGIN_COOKIE = "ferryq_login"  # the sign-in form's CSRF value, before any session
@@ -63,7 +63,7 @@ class Sessions:
 
     def __init__(
         self,
-        store: Callable[[], Store],
+        ops: Callable[[], Operations],
         credential: str | None,
         *,
         secret: str | None = None,
@@ -71,7 +71,7 @@ class Sessions:
     ) -> None:
         if credential is not None:
             check_admin_credential(credential)
-        self._store = store
+        self._ops = ops
         self._key = secrets.token_bytes(32) if secret is None else session_key(secret, credential)
         self._clock = clock
         self.admin_enabled = credential is not None
@@ -120,7 +120,7 @@ class Sessions:
         if cached is None or now - cached[0] > TOKEN_RECHECK_SECONDS:
             if len(self._tokens) > 10_000:
                 self._tokens.clear()
-            cached = self._tokens[digest] = (now, await self._store().token_get(digest))
+            cached = self._tokens[digest] = (now, await self._ops().token_get(digest))
         return cached[1]
 
     # -- signing in --------------------------------------------------------------

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-from ferryq.dashboard.views import Activity, Bucket, seconds
+from ferryq.dashboard.views import seconds
+from ferryq.ops.views import Activity, Bucket
 
 WIDTH, HEIGHT = 720, 180
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 10, 22

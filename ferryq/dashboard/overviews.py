@@ -5,8 +5,9 @@ finished jobs on SQLite. So an overview is reused for at least ``FRESH_SECONDS``
 for ten times as long as it took to compute; after that, the next request gets it as
 it was and starts a recomputation, so pages never wait for one. The very first is
 waited for a moment, then the page says it is counting and fetches it again shortly.
-It reads through a store of its own: a SQLite store runs one statement at a time, and
-a count taking seconds would hold up every API call made meanwhile.
+It reads through operations on a store of their own (``Operations.reader``): a SQLite
+store runs one statement at a time, and a count taking seconds would hold up every API
+call made meanwhile.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ferryq.dashboard import views
-from ferryq.store import Store, open_store
+from ferryq.ops import Operations
+from ferryq.ops.views import Overview
 
 log = logging.getLogger("ferryq.dashboard")
 
@@ -29,7 +30,7 @@ MAX_KEPT = 100  # namespaces whose overview is kept
 
 @dataclass(slots=True)
 class _Entry:
-    data: views.Overview
+    data: Overview
     computed: float  # monotonic
     took: float
 
@@ -41,12 +42,12 @@ class Overviews:
     def __init__(self, url: str, clock: Callable[[], float]) -> None:
         self.url = url
         self.clock = clock
-        self._store: Store | None = None
+        self._ops: Operations | None = None
         self._opening = asyncio.Lock()
         self._entries: dict[str | None, _Entry] = {}
         self._running: dict[str | None, asyncio.Task[None]] = {}
 
-    async def get(self, namespace: str | None, wait: float) -> views.Overview | None:
+    async def get(self, namespace: str | None, wait: float) -> Overview | None:
         """The namespace's overview (None: all). A stale one starts a recomputation; the
         first one is waited for up to ``wait`` seconds, then None while it is counted."""
         entry = self._entries.get(namespace)
@@ -66,7 +67,7 @@ class Overviews:
     async def _compute(self, namespace: str | None) -> None:
         try:
             began = time.monotonic()
-            data = await views.overview(await self._reader(), namespace, self.clock())
+            data = await (await self._reader()).overview(namespace)
             if len(self._entries) >= MAX_KEPT:
                 self._entries.clear()
             self._entries[namespace] = _Entry(data, time.monotonic(), time.monotonic() - began)
@@ -76,15 +77,13 @@ class Overviews:
         finally:
             del self._running[namespace]
 
-    async def _reader(self) -> Store:
+    async def _reader(self) -> Operations:
         async with self._opening:
-            if self._store is None:
-                store = open_store(self.url)
-                await store.open(migrate=False)
-                self._store = store
-            return self._store
+            if self._ops is None:
+                self._ops = await Operations.reader(self.url, self.clock)
+            return self._ops
 
     async def close(self) -> None:
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
+        if self._ops is not None:
+            await self._ops.close()
+            self._ops = None

@@ -38,11 +38,11 @@ from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import MAX_JOB_ID, TERMINAL_STATES, Job, State
-from ferryq.lanes import check_rule
+from ferryq.ops import JobFilter
+from ferryq.ops.views import STATES
 from ferryq.policy import NAME_RE
 from ferryq.server import http, tokens
 from ferryq.server.engine import Engine
-from ferryq.store.base import JobFilter
 
 PAGE_SIZE = 50
 MAX_IDS = 500  # jobs one action may name
@@ -93,7 +93,7 @@ class Dashboard:
     ) -> None:
         self.engine = engine
         self.base = base
-        self.sessions = Sessions(lambda: engine.store, credential, secret=session_secret,
+        self.sessions = Sessions(lambda: engine.ops, credential, secret=session_secret,
                                  clock=engine.now)  # fmt: skip
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("ferryq.dashboard", "templates"),
@@ -102,7 +102,7 @@ class Dashboard:
         )  # fmt: skip
         self.env.globals.update(when=insights.when, ago=views.ago, pretty=views.pretty,
                                 brief=views.brief, seconds=views.seconds, base=base,
-                                states=views.STATES, nav=NAV, error_line=insights.error_line,
+                                states=STATES, nav=NAV, error_line=insights.error_line,
                                 progress=views.progress)  # fmt: skip
         self.overviews = Overviews(engine.app.url, engine.now)
         self._failures = asyncio.Lock()
@@ -208,7 +208,7 @@ class Dashboard:
     async def jobs(self, request: Request, viewer: Viewer) -> Response:
         query = request.query_params
         state = query.get("state", "")
-        if state and state not in views.STATES:
+        if state and state not in STATES:
             raise BadInput(f"unknown state {state!r}")
         filters = {
             "ns": self.scope(request, viewer) or "",
@@ -232,7 +232,7 @@ class Dashboard:
     ) -> tuple[list[Job], dict[str, str], str | None, str | None]:
         """A page of jobs (``where.limit`` is one more than a page), the filters in use,
         and the links to the older page and back to the newest."""
-        found = await self.engine.store.job_list(where)
+        found = await self.engine.ops.jobs(where)
         page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
         kept = {k: v for k, v in filters.items() if v}
         older = f"?{urlencode({**kept, 'after': page[-1].id})}" if more else None
@@ -247,9 +247,7 @@ class Dashboard:
             return self.render_error(request, 404, f"No job {raw[:40]} here.", viewer)
         job_id = job.id
         try:
-            explained = (
-                await insights.explain(self.engine.store, job_id, self.engine.now())
-            ).message
+            explained = (await self.engine.ops.explain(job_id)).message
         except JobNotFound:
             explained = f"job {job_id} is gone"
         return self.render(request, viewer, "job.html", title=f"Job {job_id}", active="jobs",
@@ -272,7 +270,7 @@ class Dashboard:
 
     async def lanes(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer) or "default"
-        data = await views.lanes_page(self.engine.store, namespace)
+        data = await self.engine.ops.lanes_page(namespace)
         # A refused lane rule comes back here by redirect, with the reason.
         error = request.query_params.get("rule_error", "")[:300] or None
         return self.render(request, viewer, "lanes.html", title="Lanes",
@@ -282,7 +280,7 @@ class Dashboard:
 
     async def workers(self, request: Request, viewer: Viewer) -> Response:
         namespace = self.scope(request, viewer)
-        found = await views.live_workers(self.engine.store, namespace, self.engine.now())
+        found = await self.engine.ops.workers(namespace, alive=True)
         return self.render(request, viewer, "workers.html", title="Workers", active="workers",
                            fragment="fragments/workers.html", workers=found,
                            ns=namespace or "", alive=insights.WORKER_ALIVE_SECONDS)  # fmt: skip
@@ -337,25 +335,25 @@ class Dashboard:
         form: Form = request.state.form
         namespace = viewer.namespace or _namespace(form.get("ns")) or "default"
         pattern = _text(form.get("pattern").strip())
-        store, now = self.engine.store, self.engine.now()
+        ops = self.engine.ops
         back = f"{self.base}/lanes?{urlencode({'ns': namespace})}"
         op = form.get("op") or "set"
         if op not in ("set", "delete"):
             raise BadInput(f"unknown operation {op[:40]!r}")
         try:
             if op == "delete":
-                if not await store.lane_rule_delete(namespace, pattern, now):
+                if not await ops.clear_lane_limit(namespace, pattern):
                     raise ValueError(f"no lane rule {pattern[:80]!r} in {namespace}")
                 return RedirectResponse(f"{back}&done=rule-deleted", 303)
-            rule = check_rule(pattern, _int(form.get("limit")) or 0, form.get("on_dead"))
+            limit = _int(form.get("limit")) or 0
+            await ops.set_lane_limit(namespace, pattern, limit, form.get("on_dead"))
         except ValueError as exc:
             # Back to the lanes page, which shows why (and which a reload does not post).
             return RedirectResponse(f"{back}&{urlencode({'rule_error': str(exc)[:300]})}", 303)
-        await store.lane_rule_set(namespace, rule, now)
         return RedirectResponse(f"{back}&done=rule", 303)
 
     async def _visible(self, viewer: Viewer, job_id: int) -> Job | None:
-        job = await self.engine.store.job_get(job_id)
+        job = await self.engine.ops.find(job_id)
         return job if job is not None and viewer.may_see(job.namespace) else None
 
     # -- signing in and out ------------------------------------------------------

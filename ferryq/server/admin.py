@@ -16,10 +16,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import ferryq
+from ferryq.ops import Token
 from ferryq.server import http, tokens
 from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT, error
-from ferryq.store.base import Token
 
 
 class BasicAuth:
@@ -92,19 +92,19 @@ class AdminApi:
         secret = tokens.generate() if chosen is None else chosen
         record = Token(namespace, tokens.digest(secret), description, tokens.hint(secret),
                        self.engine.now())  # fmt: skip
-        if not await self.engine.store.token_create(record):
+        if not await self.engine.ops.token_create(record):
             return error(400, "the token has already existed")
         self.engine.tokens.forget(record.digest)
         return http.json(201, {"token": secret})
 
     async def token_list(self, request: Request) -> Response:
-        listed = await self.engine.store.token_list(request.path_params["ns"])
+        listed = await self.engine.ops.token_list(request.path_params["ns"])
         return http.json(200, {"tokens": {t.hint: t.description for t in listed}})
 
     async def token_delete(self, request: Request) -> Response:
         _pool, secret = tokens.split_pool(request.path_params["token"])
         digest = tokens.digest(secret)
-        await self.engine.store.token_delete(request.path_params["ns"], digest)
+        await self.engine.ops.token_delete(request.path_params["ns"], digest)
         self.engine.tokens.forget(digest)
         return NO_CONTENT
 
@@ -121,7 +121,7 @@ class AdminApi:
         limit = _limit_fields(body)
         if limit is None:
             return error(400, "invalid limit")
-        await self.engine.store.token_limit_set(token.digest, *limit)
+        await self.engine.ops.token_limit_set(token.digest, *limit)
         self.engine.tokens.forget(token.digest)
         status = 201 if request.method == "POST" else 200
         return http.json(status, {"msg": "success"})
@@ -136,21 +136,21 @@ class AdminApi:
     async def limit_delete(self, request: Request) -> Response:
         token = await self._token(request)
         if token is not None:
-            await self.engine.store.token_limit_set(token.digest, None, None, None)
+            await self.engine.ops.token_limit_set(token.digest, None, None, None)
             self.engine.tokens.forget(token.digest)
         return http.json(200, {"msg": "success"})
 
     async def _token(self, request: Request) -> Token | None:
         _pool, secret = tokens.split_pool(request.path_params["token"])
-        found = await self.engine.store.token_get(tokens.digest(secret))
+        found = await self.engine.ops.token_get(tokens.digest(secret))
         return found if found is not None and found.namespace == request.path_params["ns"] else None
 
     # -- facts -------------------------------------------------------------------
 
     async def info(self, request: Request) -> Response:
         namespaces: dict[str, set[str]] = {t.namespace: set() for t in
-                                           await self.engine.store.token_list(None)}  # fmt: skip
-        for ns, queue, _state in await self.engine.store.job_counts(None):
+                                           await self.engine.ops.token_list(None)}  # fmt: skip
+        for ns, queue, _state in await self.engine.ops.counts(None):
             namespaces.setdefault(ns, set()).add(queue)
         pool = {ns: sorted(queues) for ns, queues in sorted(namespaces.items())}
         return http.json(200, {tokens.POOL: pool})

@@ -27,6 +27,7 @@ from ferryq.dashboard import build_dashboard
 from ferryq.dashboard.auth import check_admin_credential, check_session_secret
 from ferryq.errors import ConfigurationError
 from ferryq.logs import fields
+from ferryq.ops import safe_url
 from ferryq.server.access import AccessLog, admin_path
 from ferryq.server.admin import AdminApi, BasicAuth
 from ferryq.server.engine import Engine
@@ -34,7 +35,6 @@ from ferryq.server.http import RequestIds, api_not_found, internal_error
 from ferryq.server.lmstfy import LmstfyApi
 from ferryq.server.monitoring import RequestMetrics, metrics_endpoint
 from ferryq.server.native import native_router
-from ferryq.store import safe_url
 
 log = logging.getLogger("ferryq.server")
 

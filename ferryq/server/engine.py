@@ -2,22 +2,21 @@
 and maintenance, for every HTTP route to use.
 
 The server is a peer of the workers: it reads and writes the same tables through the
-Store protocol, and takes part in the maintenance election, so leases run out and
-delayed jobs come due with or without a worker process running.
+operations layer (``ferryq.ops``), and takes part in the maintenance election, so
+leases run out and delayed jobs come due with or without a worker process running.
 
-Waiting requests (blocking consumes, result waits) never query the database on their
-own. Each keeps its deadline on the event loop's clock and answers at it whatever the
-database is doing; the looking is done for all of them at once: a publish here wakes
-the consumers of its queue, and one watcher per kind of wait notices other processes'
-writes (``Store.wait_for_change``, ``Store.wait_for_finish``) and looks again for every
-waiter, one round at a time.
+Blocking consumes never query the database on their own. Each keeps its deadline on
+the event loop's clock and answers at it whatever the database is doing; the looking
+is done for all of them at once: a publish or any action that can make jobs ready
+(``Signals.ready``) wakes the consumers concerned, and one watcher notices other
+processes' writes (``Operations.changed``) and looks again for every waiting consumer,
+one round at a time. Result waits are ``Operations.wait_ended``, as in the Python API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import secrets
@@ -30,10 +29,10 @@ from ferryq import insights
 from ferryq.app import App
 from ferryq.handle import JobHandle
 from ferryq.job import Job
+from ferryq.ops import Operations
 from ferryq.policy import JobOptions
 from ferryq.server.batching import Coalescer, split
 from ferryq.server.tokens import RateLimiter, TokenCache
-from ferryq.store.base import Finish, Store
 from ferryq.worker.maintenance import MaintenanceLoop
 
 log = logging.getLogger("ferryq.server")
@@ -42,9 +41,6 @@ W = TypeVar("W")
 #: How long a waiting consumer goes without looking again, at most: a delayed job that
 #: came due, or a change no notification announced, is seen within this.
 RECHECK_SECONDS = 0.25
-#: The same for a result wait: a job ended in a way that sent no notification (one
-#: cancelled or expired before it ran, on PostgreSQL) is seen within this.
-RESULT_RECHECK_SECONDS = 1.0
 #: Rounds of looking are at least this far apart, and at least as far apart as the last
 #: round took (so waiting takes at most about half of the database's time), and rounds
 #: that no write prompted at least ``RECHECK_ROUNDS`` round durations apart.
@@ -73,16 +69,6 @@ class _Consumer:
 
 
 @dataclass(eq=False)
-class _ResultWait:
-    """A wait for a job to end: the job as last read, and the answer once it ended."""
-
-    job: Job
-    answer: asyncio.Future[Job | None]
-    looking: bool = False
-    again: bool = False
-
-
-@dataclass(eq=False)
 class _Watch(Generic[W]):
     """One kind of waiter, and the task that looks again for all of them."""
 
@@ -99,11 +85,11 @@ class Engine:
         self.id = f"{insights.HTTP_HOLDER_PREFIX}{host}:{pid}:{secrets.token_hex(3)}"
         self.limiter = RateLimiter()
         self._maintenance_enabled = maintenance
-        self._store: Store | None = None
+        self._ops: Operations | None = None
         self._tokens: TokenCache | None = None
         self._consumers: dict[tuple[str, str], dict[_Consumer, None]] = {}
         self._consuming: _Watch[_Consumer] = _Watch()
-        self._results: _Watch[_ResultWait] = _Watch()
+        self._closed = asyncio.Event()  # result waits end at once
         self._looks: set[asyncio.Task[None]] = set()
         self._services: list[asyncio.Task[None]] = []
         self._maintenance: MaintenanceLoop | None = None
@@ -114,10 +100,10 @@ class Engine:
         self._inserts = Coalescer(self._insert_batch)
 
     @property
-    def store(self) -> Store:
-        if self._store is None:
+    def ops(self) -> Operations:
+        if self._ops is None:
             raise RuntimeError("the engine is not started")
-        return self._store
+        return self._ops
 
     @property
     def tokens(self) -> TokenCache:
@@ -129,25 +115,26 @@ class Engine:
         return self.app.clock()
 
     async def start(self) -> None:
-        self._store = await self.app.store()
-        self._tokens = TokenCache(self._store)
+        self._ops = await self.app.operations()
+        self._tokens = TokenCache(self._ops)
+        self.app.signals.ready_listeners.append(self.notify)
         if self._maintenance_enabled:
-            self._maintenance = MaintenanceLoop(self._store, self.id, self.app.clock)
+            self._maintenance = MaintenanceLoop(self._ops.store, self.id, self.app.clock)
             self._services.append(asyncio.create_task(self._maintenance.run()))
-            insights.maintained_here(self._store)  # explain: leases are recovered here
+            insights.maintained_here(self._ops.store)  # explain: leases are recovered here
 
     def close(self) -> None:
         """Stop serving: waiting requests are answered at once, empty-handed."""
         self.closing = True
+        self._closed.set()
         for consumer in self._consuming.waiters:
             if not consumer.answer.done():
                 consumer.answer.set_result([])
-        for result in self._results.waiters:
-            if not result.answer.done():
-                result.answer.set_result(result.job)
 
     async def stop(self) -> None:
-        watchers = [w.task for w in (self._consuming, self._results) if w.task is not None]
+        with contextlib.suppress(ValueError):
+            self.app.signals.ready_listeners.remove(self.notify)
+        watchers = [self._consuming.task] if self._consuming.task is not None else []
         tasks = [*self._services, *watchers, *list(self._looks)]
         for task in tasks:
             task.cancel()
@@ -155,7 +142,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._maintenance is not None:
-            insights.maintained_here(self.store, False)
+            insights.maintained_here(self.ops.store, False)
             with contextlib.suppress(Exception):
                 await self._maintenance.leave()
         await self.app.aclose()
@@ -252,8 +239,7 @@ class Engine:
         """While consumers wait: after another process's write, every
         ``RECHECK_SECONDS``, and when a delayed job comes due, the consumers whose
         queues have a job ready or due look again."""
-        changed = functools.partial(self.store.wait_for_change, patient=True)
-        await self._watch(self._consuming, changed, RECHECK_SECONDS, self._jobs_round)
+        await self._watch(self._consuming, self.ops.changed, RECHECK_SECONDS, self._jobs_round)
 
     async def _jobs_round(self, prompted: bool) -> float | None:
         """Look for the consumers whose queues have work; the time the next delayed job
@@ -276,9 +262,9 @@ class Engine:
         queues: dict[str, list[str]] = {}
         for namespace, queue in keys:
             queues.setdefault(namespace, []).append(queue)
-        dues = await asyncio.gather(*(self.store.job_next_due(ns, names)
+        dues = await asyncio.gather(*(self.ops.next_due(ns, names)
                                       for ns, names in queues.items()))  # fmt: skip
-        peeked = await asyncio.gather(*(self.store.queue_peek(*key, now) for key in keys))
+        peeked = await asyncio.gather(*(self.ops.peek(*key) for key in keys))
         ready = {key for key, job in zip(keys, peeked, strict=True) if job is not None}
         next_due: float | None = None
         for (namespace, names), due in zip(queues.items(), dues, strict=True):
@@ -289,13 +275,8 @@ class Engine:
         return ready, next_due
 
     async def give_back(self, jobs: Sequence[Job]) -> None:
-        """Return taken jobs that no consumer received: ready again where they were,
-        their try not charged (as a worker shutting down returns jobs it did not start)."""
-        now = self.now()
-        returned = [Finish("returned", job.id, job.fence, now, lane=job.lane) for job in jobs]
-        await self.store.job_finish_many(returned)
-        for namespace, queue in {(job.namespace, job.queue) for job in jobs}:
-            self.notify(namespace, queue)
+        """Return taken jobs that no consumer received (``Operations.give_back``)."""
+        await self.ops.give_back(jobs)
 
     async def _take_now(
         self, namespace: str, queues: Sequence[str], count: int, ttr: float
@@ -310,7 +291,7 @@ class Engine:
 
     async def _take_batch(self, key: tuple[str, str, float], counts: list[int]) -> list[list[Job]]:
         namespace, queue, ttr = key
-        jobs = await self.store.job_take(namespace, queue, sum(counts), self.id, ttr, self.now())
+        jobs = await self.ops.take(namespace, queue, sum(counts), self.id, ttr)
         return split(jobs, counts)  # first come, first served
 
     # -- producers and acks ------------------------------------------------------
@@ -342,14 +323,11 @@ class Engine:
         return split(handles, [len(args) for args, _ in parts])
 
     async def ack(self, namespace: str, queue: str, job_id: int) -> bool:
-        """End the job as succeeded (see Store.job_ack); False if it was not there."""
-        acked = await self._acks.submit((namespace, queue), job_id)
-        if acked:
-            self.ended(job_id)
-        return acked
+        """End the job as succeeded (``Operations.ack``); False if it was not there."""
+        return await self._acks.submit((namespace, queue), job_id)
 
     async def _ack_batch(self, key: tuple[str, str], ids: list[int]) -> list[bool]:
-        acked = set(await self.store.job_ack(key[0], key[1], ids, self.now()))
+        acked = set(await self.ops.ack(key[0], key[1], ids))
         return [job_id in acked for job_id in ids]
 
     # -- result waits --------------------------------------------------------------
@@ -358,61 +336,8 @@ class Engine:
         self, job: Job, timeout: float, since: float | None = None
     ) -> Job | None:
         """``job`` once it ended, or as last read when ``timeout`` runs out (counted from
-        ``since``, as in ``take``) or the server stops: by the deadline, whatever the
-        database is doing. None if the job is gone meanwhile (purged)."""
-        deadline = _deadline(timeout, since)
-        if job.terminal or deadline <= asyncio.get_running_loop().time() or self.closing:
-            return job
-        waiter = _ResultWait(job, _future())
-        self._enter(self._results, waiter, self._watch_results)
-        try:
-            self._soon(self._look_for_end(waiter))  # it may have ended since it was read
-            await _until(waiter.answer, deadline)
-            return waiter.answer.result() if waiter.answer.done() else waiter.job
-        finally:
-            self._results.waiters.pop(waiter, None)
-            waiter.answer.cancel()
-
-    def ended(self, job_id: int) -> None:
-        """Job ``job_id`` may have ended here: its result waits look at once."""
-        for waiter in list(self._results.waiters):
-            if waiter.job.id == job_id:
-                self._soon(self._look_for_end(waiter))
-
-    async def _look_for_end(self, waiter: _ResultWait) -> None:
-        if waiter.looking:
-            waiter.again = True
-            return
-        waiter.looking = True
-        try:
-            while not waiter.answer.done():
-                waiter.again = False
-                found = await self.store.job_get(waiter.job.id)
-                if found is None or found.terminal:
-                    if not waiter.answer.done():
-                        waiter.answer.set_result(found)
-                    return
-                waiter.job = found
-                if not waiter.again:
-                    return
-        except Exception as exc:
-            _fail(waiter.answer, exc, "looking at a job for a result wait failed")
-        finally:
-            waiter.looking = False
-
-    async def _watch_results(self) -> None:
-        """While results are awaited: after a job may have ended, or every
-        ``RESULT_RECHECK_SECONDS``, every awaited job is read again."""
-
-        async def finished(within: float) -> bool:
-            await self.store.wait_for_finish(within, within)
-            return True
-
-        async def results_round(prompted: bool) -> float | None:
-            await asyncio.gather(*(self._look_for_end(w) for w in list(self._results.waiters)))
-            return None
-
-        await self._watch(self._results, finished, RESULT_RECHECK_SECONDS, results_round)
+        ``since``) or the server stops (``Operations.wait_ended``)."""
+        return await self.ops.wait_ended(job, timeout, since=since, stop=self._closed)
 
     # -- the shared machinery of waits -------------------------------------------------
 

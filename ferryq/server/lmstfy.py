@@ -22,15 +22,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ferryq import backoff, metrics, tracecontext
+from ferryq import backoff, tracecontext
 from ferryq.insights import HTTP_TASK
 from ferryq.job import MAX_JOB_ID, Job, State
+from ferryq.ops import Token
 from ferryq.policy import JobOptions, expires_before_due
 from ferryq.server import http
 from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT, RequestTooLarge, error, parse_uint
 from ferryq.server.tokens import POOL, split_pool
-from ferryq.store.base import Token
 
 TASK = HTTP_TASK
 DEFAULT_TTL = 86400
@@ -226,9 +226,6 @@ class LmstfyApi:
             self.engine.limiter.refund(token, "read")
             return error(404, "no job available", key="msg")
         now = self.engine.now()
-        for job in jobs:
-            metrics.CLAIMED.inc(1, ns, job.queue)
-            metrics.LAG_SECONDS.observe(max(now - job.run_at, 0.0), ns, job.queue)
         if count == 1:
             return http.json(200, job_object(jobs[0], now, new=True))
         return http.json(200, [job_object(job, now, new=True) for job in jobs])
@@ -264,40 +261,37 @@ class LmstfyApi:
         job_id = _job_id(request)
         if job_id is None:
             return NO_CONTENT
-        if await self.engine.ack(ns, q, job_id):
-            metrics.FINISHED.inc(1, ns, q, "succeeded")
+        await self.engine.ack(ns, q, job_id)
         return NO_CONTENT
 
     # -- looking at a queue ------------------------------------------------------
 
     async def peek_queue(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        now = self.engine.now()
-        job = await self.engine.store.queue_peek(ns, q, now)
+        job = await self.engine.ops.peek(ns, q)
         if job is None:
             return error(404, "the queue is empty")
-        return http.json(200, job_object(job, now))
+        return http.json(200, job_object(job, self.engine.now()))
 
     async def peek_job(self, request: Request, ns: str, q: str, token: Token) -> Response:
         job_id = _job_id(request)
-        job = None if job_id is None else await self.engine.store.job_get(job_id)
-        if job is None or job.namespace != ns or job.queue != q or job.state in _GONE:
+        job = None if job_id is None else await self.engine.ops.find(job_id, ns)
+        if job is None or job.queue != q or job.state in _GONE:
             return error(404, "job not found")
         return http.json(200, job_object(job, self.engine.now()))
 
     async def size(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        size = await self.engine.store.queue_size(ns, q, State.READY)
+        size = await self.engine.ops.size(ns, q, State.READY)
         return http.json(200, {"namespace": ns, "queue": q, "size": size})
 
     async def destroy(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        await self.engine.store.queue_clear(ns, q, self.engine.now())
+        await self.engine.ops.clear(ns, q)
         return NO_CONTENT
 
     # -- dead letters ------------------------------------------------------------
 
     async def dead_peek(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        store = self.engine.store
-        size = await store.queue_size(ns, q, State.DEAD)
-        head = await store.dead_oldest(ns, q, 1)
+        size = await self.engine.ops.size(ns, q, State.DEAD)
+        head = await self.engine.ops.dead_oldest(ns, q, 1)
         return http.json(200, {"namespace": ns, "queue": q, "deadletter_size": size,
                                "deadletter_head": str(head[0]) if head else ""})  # fmt: skip
 
@@ -308,26 +302,19 @@ class LmstfyApi:
         ttl = parse_uint(http.query(request, "ttl"), DEFAULT_TTL, 32)
         if ttl is None:
             return error(400, "invalid ttl")
-        store, now = self.engine.store, self.engine.now()
+        ops = self.engine.ops
 
         async def respawn(ids: list[int]) -> int:
-            return len(await store.job_respawn(ids, now, now + ttl if ttl else None, max_tries=1))
+            return len(await ops.respawn(ids, ttl or None, max_tries=1))
 
         count = await self._oldest_dead(ns, q, limit, respawn)
-        if count:
-            self.engine.notify(ns, q)
         return http.json(200, {"msg": "respawned", "count": count})
 
     async def dead_delete(self, request: Request, ns: str, q: str, token: Token) -> Response:
         limit = _dead_limit(request)
         if limit is None:
             return error(400, "invalid limit")
-        store, now = self.engine.store, self.engine.now()
-
-        async def purge(ids: list[int]) -> int:
-            return await store.job_purge(ids, now)
-
-        await self._oldest_dead(ns, q, limit, purge)
+        await self._oldest_dead(ns, q, limit, self.engine.ops.purge)
         return NO_CONTENT
 
     async def _oldest_dead(
@@ -338,7 +325,7 @@ class LmstfyApi:
         done = seen = 0
         while seen < limit:
             want = min(limit - seen, DEAD_BATCH)
-            ids = await self.engine.store.dead_oldest(ns, q, want)
+            ids = await self.engine.ops.dead_oldest(ns, q, want)
             acted = await act(ids) if ids else 0
             done += acted
             seen += len(ids)
@@ -347,7 +334,7 @@ class LmstfyApi:
         return done
 
     async def dead_size(self, request: Request, ns: str, q: str, token: Token) -> Response:
-        size = await self.engine.store.queue_size(ns, q, State.DEAD)
+        size = await self.engine.ops.size(ns, q, State.DEAD)
         return http.json(200, {"namespace": ns, "queue": q, "size": size})
 
 

@@ -11,7 +11,6 @@ from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferryq import metrics
-from ferryq.insights import WORKER_ALIVE_SECONDS
 from ferryq.server.engine import Engine
 
 #: Job counts read the history too: read them at most this often, whatever the scrapes.
@@ -86,7 +85,7 @@ def metrics_endpoint(engine: Engine) -> Callable[[Request], Awaitable[Response]]
         nonlocal cached
         if time.monotonic() - cached[0] > COUNTS_TTL:
             cached = (time.monotonic(), await _database_gauges(engine))
-        workers = await engine.store.worker_list(alive_since=engine.now() - WORKER_ALIVE_SECONDS)
+        workers = await engine.ops.workers(alive=True)
         sources = [(engine.id, metrics.METRICS.snapshot())]
         sources += [(w.id, w.stats) for w in workers if w.stats]
         body = metrics.METRICS.render(sources) + cached[1]
@@ -96,10 +95,10 @@ def metrics_endpoint(engine: Engine) -> Callable[[Request], Awaitable[Response]]
 
 
 async def _database_gauges(engine: Engine) -> str:
-    counts = await engine.store.job_counts(None)
+    counts = await engine.ops.counts(None)
     jobs = [({"namespace": ns, "queue": q, "state": state}, n)
             for (ns, q, state), n in sorted(counts.items())]  # fmt: skip
-    live = await engine.store.worker_list(alive_since=engine.now() - WORKER_ALIVE_SECONDS)
+    live = await engine.ops.workers(alive=True)
     return metrics.gauge_text(
         "ferryq_jobs", "Jobs by namespace, queue and state (hot and history).", jobs
     ) + metrics.gauge_text("ferryq_workers_live", "Workers with a recent heartbeat.",

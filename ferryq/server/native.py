@@ -3,9 +3,9 @@
 Every call carries a namespace token (``X-Token: T`` or ``Authorization: Bearer T``),
 checked before the body is read; the token's namespace scopes everything, so a job of
 another namespace is "not found" exactly as a missing one. Jobs are enqueued through
-``App.enqueue_raw`` with the options validated as the Python API validates them, and
-read through the store and ``ferryq.insights``: the server holds one store for every
-namespace. What every route checks first, and the shape of refusals
+``App.enqueue_raw`` with the options validated as the Python API validates them;
+everything else goes through the operations layer (``ferryq.ops``), confined to the
+token's namespace. What every route checks first, and the shape of refusals
 (``{"error": "message"}``), are in ``native_guard``; the request and response shapes,
 in ``native_models``.
 """
@@ -21,10 +21,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ferryq import _json, backoff, insights, lanes, policy, tracecontext
+from ferryq import _json, backoff, insights, tracecontext
 from ferryq.errors import InvalidTransition, JobFailed, JobNotFound, SerializationError
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
+from ferryq.ops import RESPAWNABLE, JobFilter, Operations, Token, WorkerInfo
 from ferryq.policy import JobOptions
 from ferryq.server import http
 from ferryq.server.engine import Engine
@@ -61,9 +62,7 @@ from ferryq.server.native_models import (
     WaitQuery,
     WorkersOut,
 )
-from ferryq.store.base import JobFilter, Store, Token, WorkerInfo
 
-RESPAWNABLE = frozenset({State.DEAD, State.CANCELLED, State.EXPIRED})
 #: The W3C trace context headers an enqueue reads (read from the request itself, so
 #: that a repeated traceparent is seen as W3C wants: ignored).
 TRACE_HEADERS = {"parameters": [
@@ -143,8 +142,8 @@ class NativeApi:
         return router
 
     @property
-    def store(self) -> Store:
-        return self.engine.store
+    def ops(self) -> Operations:
+        return self.engine.ops
 
     # -- enqueue -----------------------------------------------------------------------
 
@@ -183,9 +182,8 @@ class NativeApi:
         return http.json(200, (await self._job(token, job_id)).to_dict())
 
     async def explain(self, job_id: JobIdPath, token: Caller) -> Response:
-        await self._job(token, job_id)
         try:
-            explanation = await insights.explain(self.store, job_id, self.engine.now())
+            explanation = await self.ops.explain(job_id, token.namespace)
         except JobNotFound:
             raise _not_found(job_id) from None
         return http.json(200, explanation.to_dict())
@@ -209,14 +207,12 @@ class NativeApi:
         return http.json(202, {"id": job.id, "state": job.state, "result": None})
 
     async def cancel(self, job_id: JobIdPath, token: Caller) -> Response:
-        await self._job(token, job_id)
         try:
-            job = await self.store.job_cancel(job_id, self.engine.now())
+            job = await self.ops.cancel(job_id, token.namespace)
         except JobNotFound:
             raise _not_found(job_id) from None
         except InvalidTransition as exc:
             raise ApiError(409, str(exc)) from None
-        self.engine.ended(job_id)
         return http.json(200, job.to_dict())
 
     async def respawn(
@@ -229,15 +225,13 @@ class NativeApi:
         if job.state not in RESPAWNABLE:
             raise ApiError(409, f"job {job_id} is {job.state}; only dead, cancelled or expired "
                                 "jobs can be respawned")  # fmt: skip
-        now = self.engine.now()
-        if not await self.store.job_respawn([job_id], now, policy.expires_at(now, ttl)):
+        if not await self.ops.respawn([job_id], ttl, token.namespace):
             raise ApiError(409, f"job {job_id} changed state meanwhile; nothing was done")
-        self.engine.notify()
         return http.json(200, (await self._job(token, job_id)).to_dict())
 
     async def _job(self, token: Token, job_id: int) -> Job:
-        job = await self.store.job_get(job_id)
-        if job is None or job.namespace != token.namespace:
+        job = await self.ops.find(job_id, token.namespace)
+        if job is None:
             raise _not_found(job_id)
         return job
 
@@ -254,7 +248,7 @@ class NativeApi:
         after: AfterQuery = None,
         limit: LimitQuery = 50,
     ) -> Response:
-        found = await self.store.job_list(JobFilter(
+        found = await self.ops.jobs(JobFilter(
             namespace=token.namespace, queue=queue, state=state, task=task, lane=lane,
             text=text, after_id=after, limit=limit + 1,
         ))  # fmt: skip
@@ -263,67 +257,51 @@ class NativeApi:
         return http.json(200, {"jobs": [job.to_dict() for job in page], "next": following})
 
     async def dead_respawn(self, body: JobIdsIn, token: Caller) -> Response:
-        ids = await self._dead(token, body.ids)
-        moved = await self.store.job_respawn(ids, self.engine.now()) if ids else []
-        if moved:
-            self.engine.notify()
+        dead = frozenset({State.DEAD})
+        moved = await self.ops.respawn(body.ids, None, token.namespace, states=dead)
         return http.json(200, {"respawned": moved})
 
     async def dead_purge(self, body: JobIdsIn, token: Caller) -> Response:
-        ids = await self._dead(token, body.ids)
-        purged = await self.store.job_purge(ids, self.engine.now()) if ids else 0
-        if purged:
-            self.engine.notify()  # a purge can release a halted lane
+        dead = frozenset({State.DEAD})
+        purged = await self.ops.purge(body.ids, token.namespace, states=dead)
         return http.json(200, {"purged": purged})
-
-    async def _dead(self, token: Token, job_ids: Sequence[int]) -> list[int]:
-        """The ids (once each, in order) of the dead jobs among these, in the namespace."""
-        dead = []
-        for job_id in dict.fromkeys(job_ids):
-            job = await self.store.job_get(job_id)
-            if job is not None and job.namespace == token.namespace and job.state == State.DEAD:
-                dead.append(job_id)
-        return dead
 
     # -- lanes -------------------------------------------------------------------------
 
     async def lanes(self, token: Caller, limit: LimitQuery = 50) -> Response:
-        found = await self.store.lane_list(token.namespace, limit)
+        found = await self.ops.lanes(token.namespace, limit)
         return http.json(200, {"lanes": [dataclasses.asdict(info) for info in found]})
 
     async def lane_limits(self, token: Caller) -> Response:
-        rules = await self.store.lane_rules(token.namespace)
+        rules = await self.ops.lane_rules(token.namespace)
         return http.json(200, {"limits": [dataclasses.asdict(rule) for rule in rules]})
 
     async def lane_limit_set(self, body: LaneLimitIn, token: Caller) -> Response:
-        rules = await self.store.lane_rules(token.namespace)
         try:
-            rule = lanes.changed_rule(rules, body.pattern, body.limit, body.on_dead)
+            rule = await self.ops.set_lane_limit(
+                token.namespace, body.pattern, body.limit, body.on_dead
+            )
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        await self.store.lane_rule_set(token.namespace, rule, self.engine.now())
-        self.engine.notify()  # a higher limit admits jobs at once
         return http.json(200, dataclasses.asdict(rule))
 
     async def lane_limit_delete(self, pattern: PatternQuery, token: Caller) -> Response:
-        if not await self.store.lane_rule_delete(token.namespace, pattern, self.engine.now()):
+        if not await self.ops.clear_lane_limit(token.namespace, pattern):
             raise ApiError(404, f"no limit is set for {pattern!r}")
-        self.engine.notify()
         return NO_CONTENT
 
     # -- the namespace at large --------------------------------------------------------
 
     async def stats(self, token: Caller) -> Response:
         now = self.engine.now()
-        found = await insights.stats(self.store, token.namespace, now)
+        found = await self.ops.stats(token.namespace)
         workers = [_worker(w, now) for w in found.workers]
         periodic = found.to_dict()["periodic"]
         return http.json(200, {"queues": found.counts, "workers": workers, "periodic": periodic})
 
     async def workers(self, token: Caller) -> Response:
         now = self.engine.now()
-        listed = await self.store.worker_list()
-        workers = [_worker(w, now) for w in listed if w.namespace == token.namespace]
+        workers = [_worker(w, now) for w in await self.ops.workers(token.namespace)]
         return http.json(200, {"workers": workers})
 
 

@@ -17,12 +17,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message
 
+from ferryq.ops import Token
 from ferryq.server import http
 from ferryq.server.engine import Engine
 from ferryq.server.http import RequestTooLarge, error
 from ferryq.server.native_models import ErrorOut
 from ferryq.server.tokens import POOL, split_pool
-from ferryq.store.base import Token
 
 #: One job: args and context of up to 1 MiB each (App.max_payload_bytes), with room
 #: for the escapes JSON may spend on them.

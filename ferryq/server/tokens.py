@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ferryq.store.base import Store, Token
+from ferryq.ops import Operations, Token
 
 #: lmstfy's rule for a token a person chooses.
 MIN_TOKEN_LENGTH = 20
@@ -54,8 +54,10 @@ def split_pool(raw: str) -> tuple[str, str]:
 class TokenCache:
     """Tokens by digest, each kept for ``ttl`` seconds (misses too)."""
 
-    def __init__(self, store: Store, ttl: float = 2.0, clock: Callable[[], float] = time.monotonic):
-        self.store = store
+    def __init__(
+        self, ops: Operations, ttl: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ops = ops
         self.ttl = ttl
         self.clock = clock
         self._entries: dict[str, tuple[float, Token | None]] = {}
@@ -67,7 +69,7 @@ class TokenCache:
         if entry is None or now - entry[0] > self.ttl:
             if len(self._entries) > 10_000:
                 self._entries.clear()
-            entry = self._entries[key] = (now, await self.store.token_get(key))
+            entry = self._entries[key] = (now, await self.ops.token_get(key))
         found = entry[1]
         # The store found the row by its digest; comparing again in constant time keeps
         # the check itself free of timing differences whatever the lookup does.

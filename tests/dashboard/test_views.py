@@ -19,8 +19,10 @@ from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.routes import Dashboard
 from ferryq.errors import ConfigurationError
 from ferryq.job import Job, State
+from ferryq.ops import Operations, Token
+from ferryq.ops import views as read_models
 from ferryq.server.engine import Engine
-from ferryq.store.base import Store, Token
+from ferryq.store.base import Store
 
 NOW = 1_800_000_000.0
 T = TypeVar("T")
@@ -52,7 +54,7 @@ def test_the_tally_counts_finishes_failures_lag_and_lease_recoveries() -> None:
         job(4, State.SUCCEEDED, finished_at=NOW - 7200),  # before the hour
         job(5, State.CANCELLED, finished_at=NOW - 10),
     ]
-    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    tally = read_models.tally(jobs, SINCE, NOW, SINCE)
     # The dead job's last failure is its death, not a retried attempt.
     assert (tally.finished, tally.dead, tally.failed) == (3, 1, 2)
     assert tally.lease_recoveries == 1
@@ -64,7 +66,7 @@ def test_the_tally_counts_finishes_failures_lag_and_lease_recoveries() -> None:
 
 
 def test_a_sample_cut_short_says_from_when_it_covers() -> None:
-    tally = views.tally([], SINCE, NOW, NOW - 600)
+    tally = read_models.tally([], SINCE, NOW, NOW - 600)
     assert not tally.complete
     svg = charts.throughput(tally)
     assert 'class="cut"' in svg
@@ -113,14 +115,14 @@ def test_timed_out_attempts_and_the_time_limit_in_the_timeline() -> None:
 
 def test_charts_escape_their_text_and_hold_only_numbers() -> None:
     jobs = [job(1, State.SUCCEEDED, finished_at=NOW - 5, claimed_at=NOW - 6, run_at=NOW - 8)]
-    tally = views.tally(jobs, SINCE, NOW, SINCE)
+    tally = read_models.tally(jobs, SINCE, NOW, SINCE)
     for svg in (charts.throughput(tally), charts.lag(tally)):
         assert svg.startswith("<svg") and svg.endswith("</svg>")
         assert "<script" not in svg
 
 
 class _Tokens:
-    """Just enough of a store for sessions: one token, which can be revoked."""
+    """Just enough of the operations for sessions: one token, which can be revoked."""
 
     def __init__(self, token: Token) -> None:
         self.token: Token | None = token
@@ -132,7 +134,7 @@ class _Tokens:
 def test_sessions_are_signed_and_end_with_their_token() -> None:
     token = Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW)
     tokens = _Tokens(token)
-    store: Store = tokens  # type: ignore[assignment]
+    store: Operations = tokens  # type: ignore[assignment]
     sessions = Sessions(lambda: store, "admin:pw", clock=lambda: NOW)
     admin = sessions.admin("admin", "pw")
     assert admin is not None and admin.namespace is None
@@ -155,7 +157,7 @@ def test_sessions_are_signed_and_end_with_their_token() -> None:
 
 
 def test_servers_sharing_a_session_secret_read_each_others_sessions() -> None:
-    store: Store = _Tokens(Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW))  # type: ignore[assignment]
+    store: Operations = _Tokens(Token("tenant", "ab" * 32, "ci", "ABCDEF…", NOW))  # type: ignore[assignment]
     secret = "s" * 32
 
     def server(secret: str | None = secret, credential: str = "admin:pw") -> Sessions:
@@ -179,14 +181,14 @@ def test_a_first_overview_is_waited_for_briefly_then_counted_in_the_background(
         go = asyncio.Event()
         counted: list[str | None] = []
 
-        made = views.tally([], SINCE, NOW, SINCE)
+        made = read_models.tally([], SINCE, NOW, SINCE)
 
-        async def slow_overview(store: Store, namespace: str | None, now: float) -> Any:
+        async def slow_overview(store: object, namespace: str | None, now: float) -> Any:
             counted.append(namespace)
             await go.wait()
-            return views.Overview([], {}, made, [], [], [], now)
+            return read_models.Overview([], {}, made, [], [], [], now)
 
-        monkeypatch.setattr(views, "overview", slow_overview)
+        monkeypatch.setattr(read_models, "overview", slow_overview)
         overviews = Overviews(f"sqlite:///{tmp_path}/ferryq.db", lambda: NOW)
         assert await overviews.get("a", wait=0.01) is None  # still counting
         assert await overviews.get("a", wait=0.01) is None  # the same count, not a second

@@ -413,7 +413,7 @@ async def served(app: ferryq.App, clock: FrozenClock, spans: Spans) -> AsyncIter
     await engine.start()
     secret = tokens.generate()
     record = Token("ns", tokens.digest(secret), "tests", tokens.hint(secret), clock())
-    assert await engine.store.token_create(record)
+    assert await engine.ops.token_create(record)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=build_api(engine)), base_url="http://ferryq",
         headers={"X-Token": secret},

@@ -48,7 +48,7 @@ class Served:
         consumed = await self.api.get(self.path(queue), params={"count": count, "ttr": 1})
         assert consumed.status_code == 200, consumed.text
         self.clock.advance(2)
-        await Maintenance(self.engine.store, "test").tick(self.clock())
+        await Maintenance(self.engine.ops.store, "test").tick(self.clock())
         assert await self.dead_size(queue) == count
 
 
@@ -59,7 +59,7 @@ async def served(backend_url: str, clock: FrozenClock) -> AsyncIterator[Served]:
     await engine.start()
     secret = tokens.generate()
     record = Token(NAMESPACE, tokens.digest(secret), "tests", tokens.hint(secret), clock())
-    assert await engine.store.token_create(record)
+    assert await engine.ops.store.token_create(record)
     asgi = build_api(engine)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=asgi),
@@ -127,12 +127,12 @@ async def test_explain_counts_on_the_servers_own_maintenance(
     engine = Engine(app)
     await engine.start()
     try:
-        job_id = await insert(engine.store, clock.now)
-        assert (await claim_one(engine.store, clock.now)).id == job_id  # by worker w1
-        await engine.store.worker_beat(WorkerInfo("w1", "default", ["default"], "host", 1, 1,
+        job_id = await insert(engine.ops.store, clock.now)
+        assert (await claim_one(engine.ops.store, clock.now)).id == job_id  # by worker w1
+        await engine.ops.store.worker_beat(WorkerInfo("w1", "default", ["default"], "host", 1, 1,
                                                   clock.now, clock.now))  # fmt: skip
         clock.advance(20)
-        explained = await insights.explain(engine.store, job_id, clock.now)
+        explained = await insights.explain(engine.ops.store, job_id, clock.now)
     finally:
         engine.close()
         await engine.stop()
