@@ -213,6 +213,9 @@ class Operations:
             self.signals._unwatch_end(job.id, ended)
 
     async def _until_ended(self, last: list[Job], ended: asyncio.Event) -> Job | None:
+        """Read the job again after each sign that it may have ended: a commit
+        elsewhere (``Store.wait_for_finish``), or an action here (``Signals.ended``).
+        Where the store has no such sign the pauses grow from 2 ms to the recheck."""
         poll = 0.002
         while True:
             ended.clear()
@@ -225,7 +228,7 @@ class Operations:
             finally:
                 for task in waits:
                     task.cancel()
-            poll = min(poll * 1.5, 0.1)
+            poll = min(poll * 1.5, RESULT_RECHECK_SECONDS)
             found = await self.store.job_get(last[0].id)
             if found is None or found.terminal:
                 return found
