@@ -17,7 +17,11 @@ ahead of it that has not started is in its own queue.
 
 The stores read a lane into a :class:`LaneView` (under a per-lane lock on
 PostgreSQL; SQLite has one writer) and apply the :class:`Plan` that :func:`plan`
-returns. This module holds no I/O.
+returns; :func:`hand_over` says which admitted job goes straight to the worker whose
+finish freed the lane. Two copies of the rule remain, for speed (docs/design.md,
+"Lanes"): SQLite's plain case of lanes of limit 1 and PostgreSQL's ``lane_settle``;
+tests/conformance/test_lanes_model.py holds every path to one reference. This module
+holds no I/O.
 """
 
 from __future__ import annotations
@@ -107,6 +111,12 @@ class Held:
     queue: str = "default"
 
 
+#: An admitted job that has started, its other fields unread: :func:`plan` reads of a
+#: started job only that it is there (it is never stepped back, sets no floor, blocks
+#: no queue), so a store that counted a lane's started jobs may list them as this.
+STARTED = Held(0, State.RUNNING, True, 0.0, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A waiting job, as admission needs it."""
@@ -115,6 +125,7 @@ class Candidate:
     run_at: float
     order_time: float
     queue: str = "default"
+    expires_at: float | None = None  # for the hand-over only: never to a job past its ttl
 
 
 @dataclass(slots=True)
@@ -145,7 +156,8 @@ class Plan:
 
 
 def plan(view: LaneView, now: float) -> Plan:
-    """What to change so the lane holds exactly what its rule allows."""
+    """What to change so the lane holds exactly what its rule allows. The jobs to
+    admit are the first of ``view.waiting``, in its order."""
     result = Plan()
     held = list(view.held)
     # A halted lane keeps only what already started; a lowered limit applies to jobs
@@ -200,3 +212,19 @@ class Taker:
             and queue in self.queues
             and (expires_at is None or expires_at > now)
         )
+
+
+def hand_over(view: LaneView, planned: Plan, taker: Taker | None, now: float) -> int | None:
+    """The admitted job that goes straight to ``taker`` (its budget spent), if any: the
+    lane's first, when nothing admitted ahead of it is still to start (else it would
+    start before that job, or beside it over the limit a claim would see), it is due,
+    and the taker may run it."""
+    if taker is None or not planned.admit or planned.admit[0].state != State.READY:
+        return None
+    if any(not job.started for job in view.held):
+        return None
+    first = view.waiting[0]
+    if not taker.takes(view.namespace, first.queue, first.expires_at, now):
+        return None
+    taker.budget -= 1
+    return first.id

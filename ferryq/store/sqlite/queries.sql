@@ -284,7 +284,7 @@ WHERE namespace = :namespace AND lane = :lane AND state <> 'waiting'
 ORDER BY id;
 
 -- name: lane_waiting
-SELECT id, run_at, order_time, queue FROM ferryq_jobs
+SELECT id, run_at, order_time, queue, expires_at FROM ferryq_jobs
 WHERE namespace = :namespace AND lane = :lane AND state = 'waiting'
 ORDER BY id LIMIT :limit;
 
@@ -352,17 +352,17 @@ ORDER BY halted_at;
 
 -- name: lane_glance
 -- For each lane of :namespace named in :lanes (a JSON array of names): the jobs it
--- holds, of which not started, whether it is halted, and its first waiting job (id,
--- run_at, queue, expires_at; NULLs if none). Plain columns, so nothing is decoded
--- twice; index seeks only, however long the lane.
+-- holds, of which not started, the dead job that halts it, and its first waiting job
+-- (id, run_at, order_time, queue, expires_at; NULLs if none). Plain columns, so
+-- nothing is decoded twice; index seeks only, however long the lane.
 SELECT l.value,
     (SELECT count(*) FROM ferryq_jobs h
      WHERE h.namespace = :namespace AND h.lane = l.value AND h.state <> 'waiting'),
     (SELECT count(*) FROM ferryq_jobs h
      WHERE h.namespace = :namespace AND h.lane = l.value AND h.state <> 'waiting'
        AND h.claimed_at IS NULL),
-    EXISTS (SELECT 1 FROM ferryq_lane_halts x WHERE x.namespace = :namespace AND x.lane = l.value),
-    w.id, w.run_at, w.queue, w.expires_at
+    (SELECT x.job_id FROM ferryq_lane_halts x WHERE x.namespace = :namespace AND x.lane = l.value),
+    w.id, w.run_at, w.order_time, w.queue, w.expires_at
 FROM json_each(:lanes) AS l
 LEFT JOIN ferryq_jobs AS w ON w.id = (
     SELECT f.id FROM ferryq_jobs f
@@ -407,7 +407,7 @@ WHERE id IN (
                       AND x.lane = l.value));
 
 -- name: lane_admit_due
--- Admit lanes' next jobs that need no floor (nothing unstarted ahead of them).
+-- Admit lanes' next jobs that keep their own times (nothing unstarted ahead of them).
 UPDATE ferryq_jobs SET state = CASE WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
 

@@ -1445,10 +1445,10 @@ def _settle(
     new dead job if its policy says so, demote, admit; return what ``taker`` took.
 
     Lanes of limit 1 take the plain path unless a job of theirs just died or their
-    limit just changed (see ``_next_of_single``). For the others, one glance at every
-    lane finds the plain case (room for one, nothing unstarted ahead, not halted),
-    settled in one or two writes for all; the rest go through ``lanes.plan`` lane by
-    lane.
+    limit just changed (see ``_next_of_single``). ``lanes.plan`` decides for the
+    others, each read by a glance (see ``_views``), and ``lanes.hand_over`` what
+    goes to ``taker``; their admissions go in a write or two for all, one for those
+    that keep their own times and one for those handed over.
     """
     if not keys:
         return []
@@ -1460,11 +1460,26 @@ def _settle(
             conn.execute(Q["lane_halt"], params)
     single = set() if limits_changed else {k for k in keys - dead.keys() if rule(*k).limit == 1}
     taken = _next_of_single(conn, single, now, taker) if single else []
-    admit, take, rest = _glance(conn, keys - single, rule, now, taker)
+    admit: list[int] = []  # admitted with their own times: due now or scheduled
+    take: list[int] = []
+    for view in _views(conn, keys - single, rule):
+        plan = lanes.plan(view, now)
+        if not plan:
+            continue
+        for job_id in plan.demote:
+            conn.execute(Q["lane_demote"], {"id": job_id})
+        handed = lanes.hand_over(view, plan, taker, now)
+        for admitted, waiting in zip(plan.admit, view.waiting, strict=False):
+            if admitted.id == handed:
+                take.append(handed)
+            elif (admitted.run_at, admitted.order_time) == (waiting.run_at, waiting.order_time):
+                admit.append(admitted.id)
+            else:  # behind a job that has not started: its times raised to that job's
+                params = {"id": admitted.id, "state": admitted.state.value,
+                          "run_at": admitted.run_at, "order_time": admitted.order_time}  # fmt: skip
+                conn.execute(Q["lane_admit"], params)
     if admit:
         conn.execute(Q["lane_admit_due"], {"ids": json.dumps(admit), "now": now})
-    for namespace, lane in rest:
-        _apply(conn, lanes.plan(_view(conn, namespace, lane, rule(namespace, lane)), now))
     if not take:
         return taken
     assert taker is not None
@@ -1499,40 +1514,35 @@ def _next_of_single(
     return taken
 
 
+def _views(conn: sqlite3.Connection, keys: set[tuple[str, str]], rule: _RuleBook) -> list[LaneView]:
+    """The lanes as ``lanes.plan`` reads them. One glance per namespace reads, for every
+    lane, how many jobs it holds and how many of those have not started, the job that
+    halts it and its first waiting job: index seeks only. That is the whole lane as a
+    plan reads it when every job it holds has started (a plan reads no more of them:
+    ``lanes.STARTED``) and it has room for one job at most; any other lane is read in
+    full, its held jobs and its first ``limit`` waiting ones."""
+    found: list[LaneView] = []
+    for namespace, names in _by_namespace(keys).items():
+        params = {"namespace": namespace, "lanes": json.dumps(names)}
+        for lane, held, unstarted, halted_by, *first in conn.execute(
+            Q["lane_glance"], params
+        ).fetchall():
+            lane_rule = rule(namespace, lane)
+            if unstarted or (lane_rule.limit - held > 1 and first[0] is not None):
+                found.append(_view(conn, namespace, lane, lane_rule))
+                continue
+            waiting = [] if first[0] is None else [Candidate(*first)]
+            found.append(
+                LaneView(namespace, lane, lane_rule, halted_by, [lanes.STARTED] * held, waiting)
+            )
+    return found
+
+
 def _by_namespace(keys: set[tuple[str, str]]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for namespace, lane in sorted(keys):
         found.setdefault(namespace, []).append(lane)
     return found
-
-
-def _glance(
-    conn: sqlite3.Connection,
-    keys: set[tuple[str, str]],
-    rule: _RuleBook,
-    now: float,
-    taker: lanes.Taker | None,
-) -> tuple[list[int], list[int], list[tuple[str, str]]]:
-    """Sort the lanes: the ids to admit, the ids ``taker`` takes (its budget spent
-    accordingly), and the lanes left for ``lanes.plan``."""
-    admit: list[int] = []
-    take: list[int] = []
-    rest: list[tuple[str, str]] = []
-    for namespace, names in _by_namespace(keys).items():
-        params = {"namespace": namespace, "lanes": json.dumps(names)}
-        for lane, held, unstarted, halted, first, run_at, queue, expires_at in conn.execute(
-            Q["lane_glance"], params
-        ):
-            room = rule(namespace, lane).limit - held
-            if halted or room < 0 or (room > 1 and first is not None) or (room and unstarted):
-                rest.append((namespace, lane))
-            elif room and first is not None:
-                if taker and run_at <= now and taker.takes(namespace, queue, expires_at, now):
-                    take.append(first)
-                    taker.budget -= 1
-                else:
-                    admit.append(first)
-    return admit, take, rest
 
 
 class _RuleBook:
