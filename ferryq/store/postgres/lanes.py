@@ -2,7 +2,8 @@
 
 Every transaction that changes which jobs a lane holds first takes the lane's
 advisory lock (``lane_lock``; an enqueue's insert takes it itself, before its first
-row), before it touches any job row, so concurrent enqueues,
+row, and a batch of finishes by its first statement, for the lanes its jobs' rows
+name), before it touches any job row, so concurrent enqueues,
 finishes, cancels and expiries of one lane decide one after another, and never in a
 circle. Settling a batch of lanes is two statements whatever their number: the lock
 and ``lane_settle``. The functions take a ``Run`` so the same code serves the
@@ -33,7 +34,9 @@ async def lock(run: Run, keys: Collection[Key]) -> None:
 
 
 async def lock_jobs(run: Run, job_ids: Sequence[int]) -> None:
-    await run(Q["lane_lock_jobs"], {"ids": list(job_ids)})
+    """Lock the lanes of these jobs, found from their rows (see ``lane_lock_jobs``)."""
+    if job_ids:
+        await run(Q["lane_lock_jobs"], {"ids": list(job_ids)})
 
 
 async def rules(run: Run, namespaces: Iterable[str]) -> dict[str, list[LaneRule]]:

@@ -123,13 +123,23 @@ SELECT min(d.run_at) FROM unnest(:queues::text[]) AS q(queue), LATERAL (
 
 -- name: job_finish_batch_to_history
 -- Many finishes in one statement. A stale token joins no row, so it moves nothing.
-WITH f AS (
+-- First, by the delete's one-time filter, it takes the locks of the lanes of every
+-- job of the batch (:lock_ids, whatever each finish does), as lane_lock_jobs does,
+-- before it touches a row: the lanes are read from the rows, not taken from the
+-- caller, and the lock costs no round trip of its own.
+WITH locked AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(s.k)) FROM (
+        SELECT DISTINCT hashtextextended(x.namespace || '/' || x.lane, 11) AS k
+        FROM ferryq_jobs x WHERE x.id = ANY(:lock_ids::bigint[]) AND x.lane IS NOT NULL
+        ORDER BY k) s
+), f AS (
     SELECT * FROM unnest(:ids::bigint[], :fences::bigint[], :states::text[],
         :results::text[], :errors::jsonb[], :started::float8[], :finished::float8[])
         AS f(id, fence, state, result, error, started_at, finished_at)
 ), moved AS (
     DELETE FROM ferryq_jobs j USING f
     WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
+      AND EXISTS (SELECT FROM locked)
     RETURNING j.*, f.state AS f_state, f.result AS f_result, f.error AS f_error,
         f.started_at AS f_started_at, f.finished_at AS f_finished_at
 )
@@ -316,7 +326,8 @@ SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     ORDER BY k) s;
 
 -- name: lane_lock_jobs
--- The same, for the lanes of jobs about to finish (a job's lane never changes).
+-- The same, for the lanes of jobs about to finish, read from their rows (a job's lane
+-- never changes), whatever lane the caller thinks they are in.
 SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(namespace || '/' || lane, 11) AS k
     FROM ferryq_jobs WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL

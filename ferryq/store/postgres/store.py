@@ -1148,16 +1148,18 @@ async def _finish_many(
     """Write ``finishes``; what freed lanes hand to ``taker``, and the ready jobs that
     make up the rest of its budget (claimed at ``now``), come back as claimed."""
     run = _runner(conn)
-    # Lanes first, rows after: the worker names each finish's lane, so the locks of
-    # every lane in the batch can be taken before any row.
-    locked = any(f.lane is not None for f in finishes)
-    if locked:
-        await lanes.lock_jobs(run, [f.id for f in finishes])
+    # Lanes first, rows after: the locks of the lanes of every job in the batch, found
+    # from the jobs' rows (``Finish.lane`` is not relied on), before any row is
+    # touched; taken by the first statement, or by one of their own when no finish
+    # of the batch moves to history.
+    every = [f.id for f in finishes]
     ended = _Ended()
     to_history = [f for f in finishes if f.kind in _TO_HISTORY]
-    if to_history:
+    if not to_history:
+        await lanes.lock_jobs(run, every)
+    else:
         rows = await _run(
-            conn, Q["job_finish_batch_to_history"],
+            conn, Q["job_finish_batch_to_history"], lock_ids=every,
             ids=[f.id for f in to_history], fences=[f.fence for f in to_history],
             states=[f.kind for f in to_history], results=[f.result for f in to_history],
             errors=[None if f.error is None else json.dumps(f.error) for f in to_history],
@@ -1181,7 +1183,7 @@ async def _finish_many(
     taken: list[Claimed] = []
     if ended.lanes:
         ended_at = max(f.finished_at for f in finishes)
-        taken = await lanes.settle(run, ended.lanes, ended_at, ended.dead, locked=locked,
+        taken = await lanes.settle(run, ended.lanes, ended_at, ended.dead, locked=True,
                                    taker=taker, notify_done=notify)  # fmt: skip
     elif notify:
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
