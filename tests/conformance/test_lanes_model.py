@@ -15,6 +15,16 @@ earlier unfinished job of its lane, nor puts more than the limit running (a job 
 started before the limit was lowered keeps its place); nothing is lost; a halted lane
 stays halted until released.
 
+Every way a store decides a lane is driven, and tallied (``Paths``: the test fails if
+one went unexercised): finishes one at a time and in batches, through a plain finish
+or a finish that claims (the hand-over to the finishing worker), with the job's lane
+given, left out or wrong (the store finds the lanes itself); retries, deaths under
+either policy, cancels of running and of waiting jobs, expiry, rules set and cleared,
+inserts into busy lanes. On SQLite that is each settle path (the plain one of lanes
+of limit 1, a glance read by ``lanes.plan``, a lane read whole), on PostgreSQL
+``lane_settle`` and the lanes it leaves to ``lanes.plan``. In the run on one queue,
+every lane is also, after every step, where ``lanes.plan`` would leave it.
+
 A second run spreads each lane's jobs over two queues, claimed one queue or both at a
 time. There a lane admits a job of another queue than an unstarted one ahead of it
 only once that one has started (a claim of its own queue could start it first), so
@@ -25,7 +35,9 @@ never more than its limit or its started jobs.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterator
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,10 +53,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from ferryq import lanes
 from ferryq.job import State
 from ferryq.lanes import LaneRule, rule_for
 from ferryq.store import Store
-from ferryq.store.base import Finish
+from ferryq.store.base import Claimed, Finish
+from ferryq.store.postgres import lanes as pg_lanes
+from ferryq.store.sqlite import store as sqlite_store
 from ferryq.worker.maintenance import Maintenance
 from tests.conformance.jobs import NS, new_job
 from tests.conformance.model_backend import ModelBackend
@@ -65,6 +80,70 @@ class Known:
     started: bool = False  # claimed at least once
     fence: int = 0
     state: State = State.WAITING
+
+
+class Paths:
+    """A tally of the ways the store decided lanes, by spies on its functions."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: Counter[str] = Counter()
+        self.monkeypatch = monkeypatch
+
+    def spy(self, owner: object, name: str, tally: Callable[..., list[str]]) -> None:
+        real = getattr(owner, name)
+
+        def spied(*args: Any, **kwargs: Any) -> Any:
+            found = real(*args, **kwargs)
+            self.seen.update(tally(found, *args, **kwargs))
+            return found
+
+        async def spied_async(*args: Any, **kwargs: Any) -> Any:
+            found = await real(*args, **kwargs)
+            self.seen.update(tally(found, *args, **kwargs))
+            return found
+
+        is_async = asyncio.iscoroutinefunction(real)
+        self.monkeypatch.setattr(owner, name, spied_async if is_async else spied)
+
+
+SQLITE_PATHS = {
+    "limit 1: handed over", "limit 1: admitted", "glance", "lane read whole",
+    "planned: admitted", "planned: stepped back", "planned: handed over",
+}  # fmt: skip
+POSTGRES_PATHS = {"lane_settle", "lane_settle: handed over", "planned by lanes.plan"}
+
+
+def watch_sqlite(paths: Paths) -> None:
+    def single(taken: list[Claimed], _: Any, keys: set[Any], *__: Any) -> list[str]:
+        # The lanes it did not hand over it admits from (those with room).
+        return ["limit 1: handed over"] * bool(taken) + ["limit 1: admitted"] * (
+            len(keys) > len(taken)
+        )
+
+    def views(found: list[lanes.LaneView], *_: Any) -> list[str]:
+        glanced = all(job is lanes.STARTED for view in found for job in view.held)
+        return ["glance" if glanced else "lane read whole"] if found else []
+
+    def planned(found: lanes.Plan, *_: Any) -> list[str]:
+        return ["planned: admitted"] * bool(found.admit) + ["planned: stepped back"] * bool(
+            found.demote
+        )
+
+    def handed(found: int | None, *_: Any) -> list[str]:
+        return ["planned: handed over"] if found is not None else []
+
+    paths.spy(sqlite_store, "_next_of_single", single)
+    paths.spy(sqlite_store, "_views", views)
+    paths.spy(lanes, "plan", planned)
+    paths.spy(lanes, "hand_over", handed)
+
+
+def watch_postgres(paths: Paths) -> None:
+    def settle(taken: list[Claimed], *_: Any, **__: Any) -> list[str]:
+        return ["lane_settle"] + ["lane_settle: handed over"] * bool(taken)
+
+    paths.spy(pg_lanes, "settle", settle)
+    paths.spy(pg_lanes, "_settle_by_plan", lambda *_: ["planned by lanes.plan"])
 
 
 class LaneMachine(RuleBasedStateMachine):
@@ -112,7 +191,66 @@ class LaneMachine(RuleBasedStateMachine):
     @rule(data=st.data(), limit=st.integers(1, 4))
     def claim(self, data: st.DataObject, limit: int) -> None:
         queues = list(data.draw(st.sampled_from(self.claims)))
-        claimed = self.run(self.store.job_claim(NS, queues, limit, "w", self.now))
+        self.note_started(self.run(self.store.job_claim(NS, queues, limit, "w", self.now)))
+
+    @precondition(lambda self: self.running())
+    @rule(
+        data=st.data(),
+        told=st.sampled_from(["lane", "none", "wrong"]),
+        claim=st.sampled_from([0, 0, 1, 3]),
+    )
+    def finish(self, data: st.DataObject, told: str, claim: int) -> None:
+        """Finish some running jobs in one batch, telling the store each job's lane, no
+        lane, or a wrong one; with ``claim``, through a finish that also claims (the
+        lanes it frees hand their next jobs over)."""
+        running = self.running()
+        count = data.draw(st.integers(1, min(3, len(running))))
+        outcome = st.sampled_from(["succeeded", "retry", "retry-later", "dead"])
+        jobs = data.draw(st.permutations(running))[:count]
+        self.end(data, [self.ending(job, data.draw(outcome)) for job in jobs], told, claim)
+
+    @precondition(lambda self: self.freeing())
+    @rule(
+        data=st.data(),
+        told=st.sampled_from(["lane", "none", "wrong"]),
+        claim=st.integers(1, 3),
+        outcome=st.sampled_from(["succeeded", "dead"]),
+    )
+    def finish_freeing(self, data: st.DataObject, told: str, claim: int, outcome: str) -> None:
+        """The same, for a job whose lane has jobs waiting: the likeliest hand-over."""
+        job = data.draw(st.sampled_from(self.freeing()))
+        self.end(data, [self.ending(job, outcome)], told, claim)
+
+    def end(self, data: st.DataObject, finishes: list[Finish], told: str, claim: int) -> None:
+        for finish in finishes:
+            lane = self.jobs[finish.id].lane
+            finish.lane = {"lane": lane, "none": None, "wrong": "t:9"}[told]
+        before = self.snapshot_dead()
+        if claim:
+            queues = list(data.draw(st.sampled_from(self.claims)))
+            report, claimed = self.run(
+                self.store.job_finish_and_claim(finishes, NS, queues, claim, "w", self.now)
+            )
+        else:
+            report, claimed = self.run(self.store.job_finish_many(finishes)), []
+        assert sorted(report.accepted) == sorted(f.id for f in finishes)
+        self.note_started(claimed)
+        self.note_deaths(before)
+
+    def ending(self, job: Known, outcome: str) -> Finish:
+        if outcome == "succeeded":
+            return Finish("succeeded", job.id, job.fence, self.now, self.now)
+        if outcome == "dead":
+            return Finish("dead", job.id, job.fence, self.now, self.now, error={"m": "x"})
+        due = self.now + (3.0 if outcome == "retry-later" else 0.0)
+        return Finish("retry", job.id, job.fence, self.now, self.now, error={"m": "x"},
+                      run_at=due, order_time=due)  # fmt: skip
+
+    def note_started(self, claimed: list[Claimed]) -> None:
+        """Jobs just claimed (or handed over): a first start never overtakes an earlier
+        unfinished job of its lane, nor puts more than the limit running. (A job that
+        started before the limit was lowered keeps its place, and runs again on a
+        retry.)"""
         first_starts = set()
         for job in sorted(claimed, key=lambda j: j.id):
             known = self.jobs[job.id]
@@ -124,29 +262,9 @@ class LaneMachine(RuleBasedStateMachine):
                 first_starts.add(known.lane)
             known.started, known.fence = True, job.fence
         self.refresh()
-        # A first start never puts more than the limit running. (A job that started
-        # before the limit was lowered keeps its place, and runs again on a retry.)
         for lane in first_starts:
             running = sum(k.state == State.RUNNING for k in self.unfinished(lane))
             assert running <= self.limit(lane), f"{running} running in {lane}"
-
-    @precondition(lambda self: self.running())
-    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "retry", "retry-later", "dead"]))
-    def finish(self, data: st.DataObject, outcome: str) -> None:
-        job = data.draw(st.sampled_from(self.running()))
-        if outcome == "succeeded":
-            finish = Finish("succeeded", job.id, job.fence, self.now, self.now)
-        elif outcome == "dead":
-            finish = Finish("dead", job.id, job.fence, self.now, self.now, error={"m": "x"})
-        else:
-            due = self.now + (3.0 if outcome == "retry-later" else 0.0)
-            finish = Finish("retry", job.id, job.fence, self.now, self.now, error={"m": "x"},
-                            run_at=due, order_time=due)  # fmt: skip
-        finish.lane = job.lane
-        before = self.snapshot_dead()
-        assert self.run(self.store.job_finish_many([finish])).accepted == [job.id]
-        self.refresh()
-        self.note_deaths(before)
 
     @rule(seconds=st.sampled_from([1.0, 3.0, 11.0]))
     def time_passes(self, seconds: float) -> None:
@@ -174,6 +292,12 @@ class LaneMachine(RuleBasedStateMachine):
         rule = LaneRule(pattern, limit, on_dead)  # type: ignore[arg-type]
         self.lane_rules[pattern] = rule
         self.run(self.store.lane_rule_set(NS, rule, self.now))
+        self.refresh()
+
+    @rule(pattern=st.sampled_from(PATTERNS))
+    def clear_rule(self, pattern: str) -> None:
+        found = self.lane_rules.pop(pattern, None) is not None
+        assert self.run(self.store.lane_rule_delete(NS, pattern, self.now)) == found
         self.refresh()
 
     @precondition(lambda self: self.halted)
@@ -212,6 +336,8 @@ class LaneMachine(RuleBasedStateMachine):
             )
             view = self.run(self.store.lane_view(NS, lane))
             assert view.halted_by == self.halted.get(lane)
+            if len(self.queues) == 1:  # where lanes.plan would leave it, too
+                assert not lanes.plan(view, self.now), (lane, view, lanes.plan(view, self.now))
 
     # -- helpers -------------------------------------------------------------------
 
@@ -236,6 +362,11 @@ class LaneMachine(RuleBasedStateMachine):
     def running(self) -> list[Known]:
         return [k for k in self.jobs.values() if k.state == State.RUNNING]
 
+    def freeing(self) -> list[Known]:
+        """Running jobs whose lanes have jobs waiting."""
+        waiting = {k.lane for k in self.jobs.values() if k.state == State.WAITING}
+        return [k for k in self.running() if k.lane in waiting]
+
     def snapshot_dead(self) -> set[int]:
         return {k.id for k in self.jobs.values() if k.state == State.DEAD}
 
@@ -244,6 +375,13 @@ class LaneMachine(RuleBasedStateMachine):
             lane = self.jobs[job_id].lane
             if rule_for(self.lane_rules.values(), lane).on_dead == "halt":
                 self.halted.setdefault(lane, job_id)
+
+
+@pytest.fixture
+def paths(backend_url: str, monkeypatch: pytest.MonkeyPatch) -> Paths:
+    tally = Paths(monkeypatch)
+    (watch_sqlite if backend_url.startswith("sqlite") else watch_postgres)(tally)
+    return tally
 
 
 @pytest.fixture
@@ -262,7 +400,7 @@ class QueuesLaneMachine(LaneMachine):
     ("machine", "examples"), [(LaneMachine, (200, 60)), (QueuesLaneMachine, (100, 30))]
 )
 def test_lanes_follow_the_reference_model(
-    backend: ModelBackend, machine: type[LaneMachine], examples: tuple[int, int]
+    backend: ModelBackend, paths: Paths, machine: type[LaneMachine], examples: tuple[int, int]
 ) -> None:
     machine.backend = backend
     run_state_machine_as_test(
@@ -275,3 +413,6 @@ def test_lanes_follow_the_reference_model(
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+    if machine is LaneMachine:  # every path of the backend was driven
+        missed = (SQLITE_PATHS if backend.sqlite else POSTGRES_PATHS) - set(paths.seen)
+        assert not missed, f"never driven: {sorted(missed)} (driven: {dict(paths.seen)})"

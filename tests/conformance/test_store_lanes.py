@@ -328,3 +328,37 @@ async def test_a_lane_admits_behind_a_started_job_of_another_queue(store: Store)
     await store.job_claim(NS, ["q1"], 10, "w1", NOW)
     third = await insert(store, NOW, lane="L", queue="q2")  # its enqueue settles the lane
     assert await states(store, first, second, third) == ["running", "ready", "ready"]
+
+
+async def test_a_lane_over_its_limit_or_halted_hands_nothing_over(store: Store) -> None:
+    # A lane of limit 1 that still holds a job once another of its jobs ends (its limit
+    # was lowered while two ran), or that is halted, gives its next job to no one.
+    await store.lane_rule_set(NS, LaneRule("L", 2, "halt"), NOW)
+    _, b, c = await lane_jobs(store, 3, max_tries=1)
+    job_a, job_b = await claim(store, limit=2)
+    await store.lane_rule_set(NS, LaneRule("L", 1, "halt"), NOW)
+    assert await finish_and_claim(store, [succeed(job_a, NOW)], limit=2) == []
+    assert await states(store, b, c) == ["running", "waiting"]
+    await store.lane_rule_set(NS, LaneRule("L", 2, "halt"), NOW)
+    (job_c,) = await claim(store)
+    await store.lane_rule_set(NS, LaneRule("L", 1, "halt"), NOW)
+    d = await insert(store, NOW, lane="L", max_tries=1)
+    await store.job_finish_many([Finish("dead", c, job_c.fence, NOW, NOW, error={})])
+    assert await finish_and_claim(store, [succeed(job_b, NOW)], limit=2) == []
+    assert await states(store, d) == ["waiting"]  # halted behind c
+
+
+async def test_a_finish_that_names_no_lane_or_a_wrong_one_still_settles_the_lane(
+    store: Store,
+) -> None:
+    # The store finds the lanes of the jobs it finishes itself: Finish.lane is a hint.
+    a, b, c = await lane_jobs(store, 3)
+    (job_a,) = await claim(store)
+    assert job_a.id == a
+    assert (await store.job_finish_many([succeed(job_a, NOW)])).accepted == [a]
+    (job_b,) = await claim(store)
+    assert job_b.id == b
+    wrong = succeed(job_b, NOW)
+    wrong.lane = "elsewhere"
+    taken = await finish_and_claim(store, [wrong], limit=1)
+    assert [j.id for j in taken + await claim(store)] == [c]
