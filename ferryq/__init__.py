@@ -1,5 +1,7 @@
 """ferryq: durable background jobs in SQL, with ordered lanes and fair tenants."""
 
+from typing import TYPE_CHECKING
+
 from ferryq import backoff
 from ferryq.app import App
 from ferryq.context import Context
@@ -24,7 +26,9 @@ from ferryq.insights import Explanation
 from ferryq.job import Job, State
 from ferryq.outcome import Fail, Next, Retry, TimedOut
 from ferryq.task import Task
-from ferryq.worker import Worker
+
+if TYPE_CHECKING:
+    from ferryq.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -58,3 +62,21 @@ __all__ = [
     "Worker",
     "backoff",
 ]
+
+
+# The worker is imported on first use (``ferryq.Worker``, ``from ferryq import Worker``,
+# ``App.run_worker``): a program that only enqueues or reads jobs, the command line
+# among them, does without it; and ferryq.worker.runner, which imports ferryq, is not
+# imported by it in turn (no import cycle).
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        if name == "Worker":
+            from ferryq.worker import Worker
+
+            globals()["Worker"] = Worker
+            return Worker
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
