@@ -7,6 +7,10 @@ disk). ``--json`` prints machine-readable JSON on stdout.
 
 Commands that only read never create a SQLite database: they fail when the file does
 not exist, and read one they cannot write. Commands that write create it.
+
+The commands of the HTTP server (``server``, ``token``) live in ``ferryq.cli_server``,
+imported only when one of them runs: the other commands start without loading the
+server or the dashboard. What both modules share is in ``ferryq.cli_common``.
 """
 
 from __future__ import annotations
@@ -21,24 +25,36 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import click
 from click.core import ParameterSource
-from rich.console import RenderableType
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 import ferryq
 from ferryq import _render, backoff, logs
 from ferryq import lanes as lanes_module
 from ferryq.app import DEFAULT_URL, App
+from ferryq.cli_common import (
+    CliError,
+    NotFoundError,
+    Settings,
+    configured,
+    emit_json,
+    err,
+    get_app,
+    json_option,
+    load_app,
+    log_format_option,
+    log_level_option,
+    out,
+    settings,
+    show,
+)
 from ferryq.errors import DatabaseReadOnly, DiskFull, FerryqError, JobNotFound, StoreError
 from ferryq.job import MAX_JOB_ID, Job, State
-from ferryq.policy import JobOptions
 from ferryq.store import safe_url
-from ferryq.worker import supervisor
 
 #: Where the root command keeps the command line's arguments (``ctx.meta``).
 ARGV = "ferryq.argv"
@@ -52,6 +68,9 @@ JOB_ID = click.IntRange(1, MAX_JOB_ID)
 # event loop. Drains on SQLite run 3-12% faster (docs/operations.md); the HTTP server
 # did not gain (bench.http) and keeps the default.
 WORKER_SWITCH_INTERVAL = 0.001
+#: Commands defined elsewhere, imported when one of them runs or is listed in the help:
+#: ``ferryq.cli_server`` loads the HTTP server (starlette, uvicorn, the dashboard).
+LAZY_COMMANDS = {"server": "ferryq.cli_server:server", "token": "ferryq.cli_server:token"}
 
 
 class FiniteFloat(click.FloatRange):
@@ -66,22 +85,18 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
-out = _render.console()
-err = _render.console(stderr=True)
-
-
-class CliError(click.ClickException):
-    """A message for the user and an exit code; never a traceback."""
-
-    exit_code = 2
-
-
-class NotFoundError(CliError):
-    exit_code = 1
-
-
 class FerryqGroup(click.Group):
-    """The root group: turns ferryq's own errors into one line on stderr."""
+    """The root group: turns ferryq's own errors into one line on stderr, and imports
+    the commands of ``LAZY_COMMANDS`` when asked for them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[ARGV] = list(args)  # as given: ``worker --processes`` passes them on
@@ -94,54 +109,6 @@ class FerryqGroup(click.Group):
             raise NotFoundError(str(exc)) from None
         except (FerryqError, ValueError) as exc:
             raise CliError(str(exc)) from None
-
-
-@dataclass
-class Settings:
-    """The global options, and the App built from them on first use."""
-
-    url: str
-    namespace: str
-    url_given: bool
-    namespace_given: bool
-    app: App | None = field(default=None, repr=False)
-
-
-def settings(ctx: click.Context) -> Settings:
-    found = ctx.find_object(Settings)
-    assert found is not None, "the root command sets Settings"
-    return found
-
-
-def get_app(ctx: click.Context, target: str | None = None, *, read_only: bool = False) -> App:
-    """The App for ``--url``/``--namespace`` (or the one at ``target``), closed at the end.
-    A command that only reads says so (``read_only``): it creates no SQLite file."""
-    config = settings(ctx)
-    if config.app is None:
-        if target is None:
-            config.app = App(config.url, namespace=config.namespace, read_only=read_only)
-        else:
-            config.app = configured(load_app(target), config)
-        ctx.find_root().call_on_close(config.app.close)
-    return config.app
-
-
-def configured(app: App, config: Settings) -> App:
-    """A user's App with the ``--url``/``--namespace`` given on the command line applied."""
-    if config.url_given:
-        app.url = config.url
-    if config.namespace_given:
-        JobOptions(namespace=config.namespace).validate()
-        app.namespace = config.namespace
-    return app
-
-
-def emit_json(value: Any) -> None:
-    click.echo(_render.to_json(value))
-
-
-def show(renderable: RenderableType) -> None:
-    out.print(renderable)
 
 
 def main() -> None:
@@ -175,17 +142,6 @@ def cli(ctx: click.Context, url: str, namespace: str) -> None:
 
 
 # -- worker --------------------------------------------------------------------
-
-log_level_option = click.option(
-    "--log-level", type=click.Choice(list(logs.LEVELS), case_sensitive=False), default="info",
-    envvar="FERRYQ_LOG_LEVEL", show_default=True, show_envvar=True,
-    help="Log records at this level and above, to stderr.",
-)  # fmt: skip
-log_format_option = click.option(
-    "--log-format", type=click.Choice(logs.FORMATS, case_sensitive=False), default="text",
-    envvar="FERRYQ_LOG_FORMAT", show_default=True, show_envvar=True,
-    help="text: one readable line a record; json: one JSON object a line.",
-)  # fmt: skip
 
 
 @cli.command()
@@ -268,38 +224,13 @@ async def _run_worker(app: App, options: dict[str, Any]) -> None:
 
 def _supervise(app: App, options: dict[str, Any], processes: int, argv: list[str]) -> int:
     """Run ``processes`` workers, each a child with this command line; their status."""
+    from ferryq.worker import supervisor
+
     ferryq.Worker(app, **options)  # checks the options once, here, not in every child
     command = supervisor.worker_command(argv)
     return supervisor.Supervisor(
         command, processes, grace=options["grace"], burst=options["burst"]
     ).run()
-
-
-def load_app(target: str) -> App:
-    """Import ``module:attribute`` (the attribute defaults to ``app``) and check it."""
-    module_name, _, attribute = target.partition(":")
-    attribute = attribute or "app"
-    if not module_name or module_name.startswith("."):
-        raise CliError(f"{target!r} is not MODULE:APP (for example myproject.jobs:app)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise CliError(
-                f"cannot import module {module_name!r}: no module named {missing!r} "
-                "(searched the current folder and sys.path)"
-            ) from None
-        raise  # the module exists but one of its own imports fails: show where
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            raise CliError(f"module {module_name!r} has no attribute {attribute!r}")
-        found = getattr(found, part)
-    if not isinstance(found, App):
-        raise CliError(f"{module_name}:{attribute} is a {type(found).__name__}, not a ferryq.App")
-    return found
 
 
 # -- migrate -------------------------------------------------------------------
@@ -398,8 +329,6 @@ def parse_args_json(raw: str) -> list[Any] | dict[str, Any]:
 
 
 # -- jobs ----------------------------------------------------------------------
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 @cli.group()
@@ -622,6 +551,8 @@ def for_every_dead(
     app: App, queue: str | None, verb: str, action: Callable[[list[int]], int]
 ) -> int:
     """Apply ``action`` to every dead job, with a progress bar on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     done = 0
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -761,7 +692,3 @@ def demo(ctx: click.Context, seconds: float, workers: int) -> None:
     from ferryq import demo as demo_module
 
     ctx.exit(demo_module.run(seconds=seconds, workers=workers))
-
-
-# The HTTP server and its tokens live in their own module; importing it adds them here.
-from ferryq import cli_server  # noqa: E402, F401

@@ -1,4 +1,7 @@
-"""``ferryq server`` and ``ferryq token``: the HTTP server and its namespace tokens."""
+"""``ferryq server`` and ``ferryq token``: the HTTP server and its namespace tokens.
+
+Importing this module loads the server; the root command (``ferryq.cli``) imports it
+only when one of these commands runs or is listed (``LAZY_COMMANDS``)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,8 @@ import sys
 import click
 
 from ferryq import _render, logs
-from ferryq.cli import (
+from ferryq.cli_common import (
     CliError,
-    cli,
     emit_json,
     get_app,
     json_option,
@@ -27,7 +29,7 @@ from ferryq.server.http import MAX_NAME_LENGTH, NAME
 from ferryq.store.base import Token
 
 
-@cli.command()
+@click.command()
 @click.option("--url", "server_url", envvar="FERRYQ_URL",
               help="Database URL [default: the global --url].")  # fmt: skip
 @click.option("--host", default="127.0.0.1", show_default=True, help="API address.")
@@ -78,7 +80,7 @@ def server(
     os._exit(0)
 
 
-@cli.group()
+@click.group()
 def token() -> None:
     """Namespace tokens of the HTTP API."""
 
