@@ -1,8 +1,9 @@
 """Shared fixtures: a frozen clock, and a store/app per backend.
 
 Every backend-neutral test takes ``backend_url``; adding a backend means adding a
-parameter here, not rewriting tests. ``pg_cluster`` and ``pg_url`` (tests/pg.py) give
-tests a throwaway PostgreSQL and a fresh database on it.
+parameter here, not rewriting tests. ``pg_cluster``, ``pg_url`` and ``pg_empty_url``
+(tests/pg.py) give tests a throwaway PostgreSQL and a fresh database on it, migrated or
+empty.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 import ferryq
 from ferryq.store import Store, open_store
-from tests.pg import pg_cluster, pg_url  # noqa: F401  (fixtures)
+from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
 
 BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0

@@ -5,8 +5,15 @@ from the machine's server binaries, listening on 127.0.0.1 only, tuned for speed
 durability, stopped and deleted when the session ends. With ``FERRYQ_TEST_PG_URL`` set,
 that server is used as it is instead, and cannot be restarted.
 
-``pg_url`` (function) is a fresh, empty database on that cluster for one test, dropped
-after it.
+``pg_url`` (function) is a fresh database on that cluster for one test, dropped after
+it, already migrated: it is a copy (``CREATE DATABASE ... TEMPLATE``) of a template that
+ferryq's migrations built once per cluster and session, which is much cheaper than
+migrating every test's database. ``pg_empty_url`` is a fresh database with no schema at
+all, for tests of what happens before or during migrations.
+
+Under pytest-xdist every worker process is a session of its own: it starts its own
+cluster (or, with ``FERRYQ_TEST_PG_URL``, makes its own template database on the shared
+server), and its databases are named after its process id, so workers never meet.
 
 Without server binaries or a URL the PostgreSQL tests are skipped, except under CI
 (``CI=true``), where that is a failure. ``scripts/ensure-postgres.sh`` installs the
@@ -15,6 +22,7 @@ binaries when run as root.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import itertools
@@ -27,6 +35,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -43,6 +52,7 @@ URL_ENV = "FERRYQ_TEST_PG_URL"
 SERVER_USER = "ferryq-pg"  # the OS user that runs the server when the tests run as root
 SUPERUSER = "ferryq"  # the database role the tests connect as
 DATABASE = "ferryq_test"
+TEMPLATE_PREFIX = "ferryq_tpl_"  # then this process's id: one template per session
 DIR_PREFIX = "ferryq-pg-"
 SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 DEBIAN_ROOT = Path("/usr/lib/postgresql")
@@ -404,7 +414,11 @@ def _missing_message() -> str:
 def pg_cluster() -> Iterator[PgCluster]:
     url = os.environ.get(URL_ENV, "").strip()
     if url:
-        yield _external(url)
+        external = _external(url)
+        try:
+            yield external
+        finally:
+            _drop_template(external)
         return
     bindir = find_server_bindir()
     if bindir is None:
@@ -430,14 +444,23 @@ def pg_cluster() -> Iterator[PgCluster]:
 
 
 _database_numbers = itertools.count(1)
+#: The migrated template of each cluster this process used, by the cluster's URL.
+_templates: dict[str, str] = {}
+_templates_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def fresh_database(cluster: PgCluster) -> Iterator[str]:
-    """A new, empty database on ``cluster``, dropped on exit; yields its URL."""
+def fresh_database(cluster: PgCluster, *, migrated: bool = True) -> Iterator[str]:
+    """A new database on ``cluster``, dropped on exit; yields its URL. ``migrated``: a
+    copy of the cluster's migrated template; otherwise empty (from template0)."""
+    template = migrated_template(cluster) if migrated else "template0"
     name = f"ferryq_t_{os.getpid()}_{next(_database_numbers)}"
     with _admin(cluster.url) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
     try:
         yield with_database(cluster.url, name)
     finally:
@@ -446,10 +469,75 @@ def fresh_database(cluster: PgCluster) -> Iterator[str]:
         drop_database(cluster.url, name)
 
 
+def migrated_template(cluster: PgCluster) -> str:
+    """The name of a database on ``cluster`` that ferryq's migrations have built, made on
+    first use in this process. Nothing may connect to it afterwards: PostgreSQL copies a
+    template only while no one else is connected to it."""
+    with _templates_lock:
+        found = _templates.get(cluster.url)
+        if found is not None:
+            return found
+        name = f"{TEMPLATE_PREFIX}{os.getpid()}"
+        drop_database(cluster.url, name)  # a template left by a process of this id
+        with _admin(cluster.url) as conn:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name))
+            )
+        try:
+            _migrate(with_database(cluster.url, name))
+        except BaseException:
+            drop_database(cluster.url, name)
+            raise
+        _templates[cluster.url] = name
+        return name
+
+
+def _migrate(url: str) -> None:
+    """Open (and so migrate) a store on ``url``, then close it: in a thread of its own,
+    since a test's event loop may be running in this one."""
+    from ferryq.store import open_store
+
+    async def migrate() -> None:
+        store = open_store(url)
+        await store.open()
+        await store.close()
+
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(migrate())
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="pg-template")
+    thread.start()
+    thread.join()
+    if failures:
+        raise ClusterError(f"could not migrate the template database: {failures[0]}") from (
+            failures[0]
+        )
+
+
+def _drop_template(cluster: PgCluster) -> None:
+    with _templates_lock:
+        name = _templates.pop(cluster.url, None)
+    if name is not None:
+        with contextlib.suppress(psycopg.Error):
+            drop_database(cluster.url, name)
+
+
 @pytest.fixture
 def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
-    """A new, empty database for this test alone, dropped after it."""
+    """A new database for this test alone, migrated, dropped after it."""
     with fresh_database(pg_cluster) as url:
+        yield url
+
+
+@pytest.fixture
+def pg_empty_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """A new database for this test alone with nothing in it (not migrated), dropped after it."""
+    with fresh_database(pg_cluster, migrated=False) as url:
         yield url
 
 

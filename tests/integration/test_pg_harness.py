@@ -6,6 +6,7 @@ import asyncpg
 import psycopg
 import pytest
 
+from ferryq.store import open_store
 from tests.pg import PgCluster, fresh_database
 
 
@@ -38,6 +39,38 @@ def test_pg_url_databases_are_fresh_and_distinct(pg_cluster: PgCluster, pg_url: 
         )
         assert _scalar(other_url, "SELECT to_regclass('marker') IS NULL") is True
         assert _scalar(pg_url, "SELECT to_regclass('marker') IS NULL") is False
+
+
+def test_pg_url_is_migrated_and_pg_empty_url_is_empty(pg_url: str, pg_empty_url: str) -> None:
+    assert _scalar(pg_url, "SELECT to_regclass('ferryq_jobs') IS NULL") is False
+    assert _scalar(pg_empty_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == 0
+
+
+async def test_a_copy_of_the_template_is_as_migrated_as_a_database_ferryq_migrates(
+    pg_url: str, pg_empty_url: str
+) -> None:
+    copied, migrated = open_store(pg_url), open_store(pg_empty_url)
+    await copied.open()
+    await migrated.open()
+    try:
+        assert await copied.migrate() == []
+        assert await copied.schema_version() == await migrated.schema_version()
+    finally:
+        await copied.close()
+        await migrated.close()
+    assert _tables(pg_url) == _tables(pg_empty_url)
+
+
+def _tables(url: str) -> list[tuple[str, str]]:
+    """Tables and their columns, but the history's partitions by day: which days have one
+    depends on the day a store was opened, and a template may be older than today."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name NOT LIKE 'ferryq\\_history\\_p%' "
+            "ORDER BY 1, 2"
+        ).fetchall()
+    return [(str(table), str(column)) for table, column in rows]
 
 
 def test_restart_keeps_data_and_accepts_new_connections(pg_cluster: PgCluster, pg_url: str) -> None:
