@@ -1,4 +1,13 @@
-"""The command line, run as users run it: a subprocess on a real SQLite file."""
+"""The command line on a real SQLite file (and PostgreSQL where said).
+
+Commands run in this process, through the root command as the ``ferryq`` script calls
+it, with their own stdin, stdout, stderr and environment: what they print and their exit
+code are all a test reads, and a process would only add its start-up to each. The
+worker and the demo run in a subprocess, as users run them, since the process is part of
+what they do (its logging, its signals, its interpreter's settings, a PATH without
+.venv/bin); so do a command in a folder without a database, and the installed ``ferryq``
+script itself.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +21,24 @@ import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
-from ferryq.cli import WORKER_SWITCH_INTERVAL
+from ferryq.cli import WORKER_SWITCH_INTERVAL, cli
 from ferryq.store import open_store
 from ferryq.store.base import Finish
 from tests.integration.volumes import fill, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.integration.cli_tasks:app"
+#: Commands run in a process of their own (see the module's docstring).
+IN_A_PROCESS = {"worker", "demo"}
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -51,13 +64,29 @@ def runner(url: str, tmp_path: Path) -> Run:
     def run(
         *args: str, input: str | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        environ = {**os.environ, "FERRYQ_URL": url, "TMPDIR": str(tmp_path), **(env or {})}
-        return subprocess.run(
-            [sys.executable, "-m", "ferryq", "--url", url, *args],
-            capture_output=True, text=True, input=input, env=environ, cwd=ROOT, timeout=120,
-        )  # fmt: skip
+        environ = {"FERRYQ_URL": url, "TMPDIR": str(tmp_path), **(env or {})}
+        argv = ["--url", url, *args]
+        if IN_A_PROCESS.intersection(args):
+            return subprocess.run(
+                [sys.executable, "-m", "ferryq", *argv], capture_output=True, text=True,
+                input=input, env={**os.environ, **environ}, cwd=ROOT, timeout=120,
+            )  # fmt: skip
+        return in_this_process(argv, input=input, env=environ)
 
     return run
+
+
+def in_this_process(
+    argv: list[str], *, input: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ferryq ARGV`` run by the root command here, as the ``ferryq`` script runs it; an
+    exception it let out is shown in stderr as a process would show it."""
+    result = CliRunner().invoke(cli, argv, input=input, env=env, prog_name="ferryq")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert result.exc_info is not None
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess(["ferryq", *argv], result.exit_code, result.stdout, stderr)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -100,6 +129,20 @@ def ids(jobs: list[dict[str, Any]]) -> list[int]:
 def test_help_and_version(ferryq: Run) -> None:
     assert "jobs" in ok(ferryq("--help")).stdout
     assert "0.1.0" in ok(ferryq("--version")).stdout
+
+
+def test_the_installed_script_and_python_m_ferryq_run_the_command_line(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "ferryq"
+    if not script.exists():
+        pytest.skip(f"no ferryq script beside {sys.executable}: ferryq is not installed there")
+    url = f"sqlite:///{tmp_path}/t.db"
+    for command in ([str(script)], [sys.executable, "-m", "ferryq"]):
+        enqueued = subprocess.run([*command, "--url", url, "enqueue", "send", "[1]"],
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert "enqueued job" in ok(enqueued).stdout
+        missing = subprocess.run([*command, "--url", url, "jobs", "show", "99"],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert failed(missing, 1) == "Error: no job with id 99"
 
 
 def test_migrate_reports_the_schema_version(ferryq: Run) -> None:
