@@ -21,18 +21,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from ferryq.cli import WORKER_SWITCH_INTERVAL, cli
+from ferryq.cli import WORKER_SWITCH_INTERVAL
 from ferryq.store import open_store
 from ferryq.store.base import Finish
+from tests.commands import run_ferryq
 from tests.integration.volumes import fill, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,22 +70,9 @@ def runner(url: str, tmp_path: Path) -> Run:
                 [sys.executable, "-m", "ferryq", *argv], capture_output=True, text=True,
                 input=input, env={**os.environ, **environ}, cwd=ROOT, timeout=120,
             )  # fmt: skip
-        return in_this_process(argv, input=input, env=environ)
+        return run_ferryq(argv, input=input, env=environ)
 
     return run
-
-
-def in_this_process(
-    argv: list[str], *, input: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``ferryq ARGV`` run by the root command here, as the ``ferryq`` script runs it; an
-    exception it let out is shown in stderr as a process would show it."""
-    result = CliRunner().invoke(cli, argv, input=input, env=env, prog_name="ferryq")
-    stderr = result.stderr
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        assert result.exc_info is not None
-        stderr += "".join(traceback.format_exception(*result.exc_info))
-    return subprocess.CompletedProcess(["ferryq", *argv], result.exit_code, result.stdout, stderr)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import httpx
 
-from tests.server.harness import ROOT, ServerProcess, new_namespace, wait_until
+from tests.commands import run_ferryq
+from tests.server.harness import ServerProcess, new_namespace, wait_until
 
 
 def ferryq(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ferryq", "--url", server.url, "token", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    """``ferryq --url URL token ARGS`` in this process (tests/commands.py)."""
+    return run_ferryq(["--url", server.url, "token", *args])
 
 
 def publish(server: ServerProcess, namespace: str, token: str) -> int:
