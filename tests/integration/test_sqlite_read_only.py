@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands import run_ferryq
 from tests.integration.volumes import WITHOUT_OVERRIDE, remount_read_only, require_setpriv, tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,11 @@ WRITES = [
 
 
 def ferryq(db: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``ferryq --url DB ARGS``: in this process (tests/commands.py) but for the worker and
+    a command run with ``prefix`` (setpriv, without root's power over file modes)."""
     url = f"sqlite:///{db}"
+    if not prefix and "worker" not in args:
+        return run_ferryq(["--url", url, *args], env={"FERRYQ_URL": url})
     return subprocess.run(
         [*prefix, sys.executable, "-m", "ferryq", "--url", url, *args],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
