@@ -4,15 +4,22 @@ Every backend-neutral test takes ``backend_url``; adding a backend means adding 
 parameter here, not rewriting tests. ``pg_cluster``, ``pg_url`` and ``pg_empty_url``
 (tests/pg.py) give tests a throwaway PostgreSQL and a fresh database on it, migrated or
 empty.
+
+Hypothesis runs under one of two profiles: ``full`` (the default, and ``make test``) and
+``check`` (``make check``, the quick tier: a fifth of the examples). Neither has a
+deadline: a busy machine makes any example slow now and then. A test that asks for its
+own number of examples scales it with ``examples()``.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import ferryq
 from ferryq.store import Store, open_store
@@ -20,6 +27,16 @@ from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
 
 BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0
+
+FULL_EXAMPLES = 100  # hypothesis's own default
+settings.register_profile("full", max_examples=FULL_EXAMPLES, deadline=None)
+settings.register_profile("check", max_examples=FULL_EXAMPLES // 5, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
+
+
+def examples(full: int) -> int:
+    """``full`` examples under the full profile, as many fewer under a lighter one."""
+    return max(1, full * settings.default.max_examples // FULL_EXAMPLES)
 
 
 class FrozenClock:

@@ -32,7 +32,7 @@ from ferryq.store.base import Finish, FinishKind
 from ferryq.store.postgres.store import PostgresStore
 from tests.conformance.jobs import NS, insert
 from tests.conformance.model_backend import ModelBackend
-from tests.conftest import START
+from tests.conftest import START, examples
 
 T = TypeVar("T")
 DAY = 86400.0
@@ -142,7 +142,7 @@ def test_history_counts_follow_the_model(backend: Backend) -> None:
     run_state_machine_as_test(
         CountsMachine,
         settings=settings(
-            max_examples=60 if backend.url.startswith("sqlite") else 30,
+            max_examples=examples(60 if backend.url.startswith("sqlite") else 30),
             stateful_step_count=40,
             deadline=None,
             database=None,

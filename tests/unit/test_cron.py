@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ferryq import cron
 from ferryq.cron import CronError
+from tests.conftest import examples
 
 
 def at(text: str) -> float:
@@ -171,7 +172,7 @@ expressions = st.tuples(*(_field(name) for name in _LIMITS)).map(" ".join)
 moments = st.floats(at("2000-01-01 00:00"), at("2090-01-01 00:00"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(expressions, moments)
 def test_next_and_previous_agree_with_a_minute_by_minute_reference(
     expression: str, t: float
@@ -286,7 +287,7 @@ def _reference_next_in(timezone: str, fields: list[str], t: float) -> float:
 daily = st.tuples(_field("minute"), _field("hour")).map(lambda f: f"{f[0]} {f[1]} * * *")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(daily, st.sampled_from(_ZONES), st.data())
 def test_zone_ticks_agree_with_a_minute_by_minute_reference(
     expression: str, timezone: str, data: st.DataObject
