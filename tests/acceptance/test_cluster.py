@@ -118,14 +118,16 @@ async def _survive(app: ferryq.App, pg_workers: Workers, pg_cluster: PgCluster) 
 async def test_when_the_leader_dies_another_worker_recovers_leases(pg_workers: Workers) -> None:
     app = ferryq.App(pg_workers.url)
     leader = pg_workers.start("--name", "first")
+    await _wait_for((await app.enqueue_many_async(record.name, [(0,)]))[0])  # leader is up
+    leader.send_signal(signal.SIGKILL)
+    leader.wait()
     # A job claimed by a worker that vanished at once: only maintenance can recover it.
+    # Claimed once the first worker is dead, so that only the second can, however long
+    # a busy machine takes between the claim and the kill.
     store = await app.store()
     orphan = (await app.enqueue_many_async(record.name, [(1,)], ttr=1, queue="orphans",
                                            max_tries=1))[0]  # fmt: skip
     await store.job_claim("default", ["orphans"], 1, "vanished-worker", app.clock())
-    await _wait_for((await app.enqueue_many_async(record.name, [(0,)]))[0])  # leader is up
-    leader.send_signal(signal.SIGKILL)
-    leader.wait()
     pg_workers.start("--name", "second")
     # Its lease runs out; the new leader recovers it, and with no tries left it is dead.
     with pytest.raises(ferryq.JobDead, match="lease expired"):
