@@ -1,5 +1,12 @@
 # The two commands a new user runs: `make demo` and `make test`.
-.PHONY: demo test lint bench clean
+# `make check` is the quick tier for the edit loop: lint, types, and the unit and
+# conformance tests on SQLite with fewer hypothesis examples (no PostgreSQL, no browser).
+.PHONY: demo test check lint bench clean
+
+# pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
+# module stays on one worker (--dist loadscope), so a module's server starts once.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
 
 demo:
 	@scripts/venv.sh
@@ -12,7 +19,15 @@ test:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q $(PYTEST_PARALLEL)
+
+check:
+	@scripts/venv.sh test
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q $(PYTEST_PARALLEL) --hypothesis-profile=check \
+		-m "not slow" -k "not postgres" tests/unit tests/conformance
 
 lint:
 	@scripts/venv.sh test
