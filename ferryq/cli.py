@@ -54,7 +54,7 @@ from ferryq.cli_common import (
 )
 from ferryq.errors import DatabaseReadOnly, DiskFull, FerryqError, JobNotFound, StoreError
 from ferryq.job import MAX_JOB_ID, Job, State
-from ferryq.store import safe_url
+from ferryq.ops import safe_url
 
 #: Where the root command keeps the command line's arguments (``ctx.meta``).
 ARGV = "ferryq.argv"

@@ -23,10 +23,10 @@ from ferryq.cli_common import (
     show,
 )
 from ferryq.errors import ConfigurationError
+from ferryq.ops import Token
 from ferryq.server import tokens
 from ferryq.server.app import ServerConfig, serve
 from ferryq.server.http import MAX_NAME_LENGTH, NAME
-from ferryq.store.base import Token
 
 
 @click.command()
@@ -118,7 +118,7 @@ def token_create(
     record = Token(namespace, tokens.digest(secret), description, tokens.hint(secret), app.clock())
 
     async def create() -> bool:
-        return await (await app.store()).token_create(record)
+        return await (await app.operations()).token_create(record)
 
     if not app.portal_call(create()):
         raise CliError("that token exists already")
@@ -137,7 +137,7 @@ def token_ls(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     app = get_app(ctx, read_only=True)
 
     async def listed() -> list[Token]:
-        return await (await app.store()).token_list(namespace)
+        return await (await app.operations()).token_list(namespace)
 
     found = app.portal_call(listed())
     if as_json:
@@ -157,7 +157,7 @@ def token_revoke(ctx: click.Context, namespace: str, secret: str, as_json: bool)
     digest = tokens.digest(tokens.split_pool(secret)[1])
 
     async def revoke() -> bool:
-        return await (await app.store()).token_delete(namespace, digest)
+        return await (await app.operations()).token_delete(namespace, digest)
 
     if not app.portal_call(revoke()):
         raise CliError(f"no such token in namespace {namespace!r}")
