@@ -53,6 +53,28 @@ class FrozenClock:
         return self.now
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Make a report's text encodable as UTF-8 before pytest-xdist sends it from a worker
+    (it cannot send a lone surrogate, and the worker would crash): tests of odd text log
+    and fail with such characters, which then read as ``\\ud800``."""
+    report.sections = [(title, _encodable(text)) for title, text in report.sections]
+    if report.longrepr is not None and not _is_encodable(str(report.longrepr)):
+        report.longrepr = _encodable(str(report.longrepr))
+
+
+def _is_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _encodable(text: str) -> str:
+    return text if _is_encodable(text) else text.encode(errors="backslashreplace").decode()
+
+
 @pytest.fixture(autouse=True)
 def _collect_garbage() -> Iterator[None]:
     """Collect after each test, so a leaked connection fails the test that leaked it."""
