@@ -11,7 +11,9 @@ Each action here carries its side effects, so no face can forget one:
 - an action that can end a job (a cancel, an ack) tells ``Signals.ended``, which
   wakes result waits in this process (a cancel of a job that never ran sends no
   notification on PostgreSQL);
-- a take and an ack count in the metrics, as a worker's claims and finishes do.
+- jobs taken and delivered to a consumer, and acks, count in the metrics, as a
+  worker's claims and finishes do (an ack that replaces a job on republish too:
+  the job did end ``succeeded``).
 
 Every action takes the namespace it may touch: ``None`` is every namespace (the
 Python API and the CLI, which hold the database URL), a name confines it (an API
@@ -22,9 +24,11 @@ missing one, so a token cannot learn which ids exist elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
 from ferryq import insights, lanes, metrics, policy
 from ferryq.errors import JobNotFound
@@ -44,34 +48,68 @@ RESPAWNABLE = frozenset({State.DEAD, State.CANCELLED, State.EXPIRED})
 Ready = Callable[[str | None, str | None], None]
 
 
-@dataclass(eq=False)
 class Signals:
     """What this process should hear about at once: jobs that may be ready (a
     namespace and queue, or None for "anywhere"), and jobs that may have ended.
-    The HTTP server listens; waits on the store see other processes' writes."""
 
-    ready_listeners: list[Ready] = field(default_factory=list)
-    _ended: dict[int, set[asyncio.Event]] = field(default_factory=dict)
+    One App serves several event loops (the sync API's portal, workers, the
+    application's own), and an action on one may concern a wait on another: each
+    listener and each wait is called on its own loop, from whichever thread signals.
+    The HTTP server listens; waits on the store see other processes' writes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.AbstractEventLoop, Ready]] = []
+        self._ended: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+    def listen(self, listener: Ready) -> None:
+        """Call ``listener(namespace, queue)`` on the running loop at each ``ready``."""
+        with self._lock:
+            self._ready.append((asyncio.get_running_loop(), listener))
+
+    def unlisten(self, listener: Ready) -> None:
+        with self._lock:
+            self._ready = [(loop, known) for loop, known in self._ready if known != listener]
 
     def ready(self, namespace: str | None = None, queue: str | None = None) -> None:
-        for listener in list(self.ready_listeners):
-            listener(namespace, queue)
+        with self._lock:
+            listeners = list(self._ready)
+        for loop, listener in listeners:
+            _call_on(loop, listener, namespace, queue)
 
     def ended(self, job_id: int) -> None:
-        for event in self._ended.get(job_id, ()):
-            event.set()
+        with self._lock:
+            waits = list(self._ended.get(job_id, ()))
+        for loop, event in waits:
+            _call_on(loop, event.set)
 
-    def _watch_end(self, job_id: int) -> asyncio.Event:
+    def watch_end(self, job_id: int) -> asyncio.Event:
+        """An event, of the running loop, set by ``ended(job_id)``; ``unwatch_end`` it."""
         event = asyncio.Event()
-        self._ended.setdefault(job_id, set()).add(event)
+        with self._lock:
+            self._ended.setdefault(job_id, set()).add((asyncio.get_running_loop(), event))
         return event
 
-    def _unwatch_end(self, job_id: int, event: asyncio.Event) -> None:
-        watching = self._ended.get(job_id)
-        if watching is not None:
-            watching.discard(event)
+    def unwatch_end(self, job_id: int, event: asyncio.Event) -> None:
+        with self._lock:
+            watching = self._ended.get(job_id, set())
+            watching -= {entry for entry in watching if entry[1] is event}
             if not watching:
-                del self._ended[job_id]
+                self._ended.pop(job_id, None)
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` on ``loop``: now if it is this thread's running loop, else soon."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        fn(*args)
+        return
+    with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits there
+        loop.call_soon_threadsafe(fn, *args)
 
 
 class Operations:
@@ -194,11 +232,13 @@ class Operations:
         from ``since``, a time of the event loop's clock) or ``stop`` is set: by then,
         whatever the database is doing. None if the job is gone meanwhile (purged)."""
         loop = asyncio.get_running_loop()
-        deadline = math.inf if timeout is None else (since or loop.time()) + timeout
+        deadline = (
+            math.inf if timeout is None else (loop.time() if since is None else since) + timeout
+        )
         if job.terminal or deadline <= loop.time() or (stop is not None and stop.is_set()):
             return job
         last = [job]
-        ended = self.signals._watch_end(job.id)
+        ended = self.signals.watch_end(job.id)
         watch = asyncio.ensure_future(self._until_ended(last, ended))
         stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
         try:
@@ -210,29 +250,33 @@ class Operations:
             for task in (watch, stopping):
                 if task is not None:
                     task.cancel()
-            self.signals._unwatch_end(job.id, ended)
+            self.signals.unwatch_end(job.id, ended)
 
     async def _until_ended(self, last: list[Job], ended: asyncio.Event) -> Job | None:
-        """Read the job again after each sign that it may have ended: a commit
-        elsewhere (``Store.wait_for_finish``), or an action here (``Signals.ended``).
-        Where the store has no such sign the pauses grow from 2 ms to the recheck."""
+        """Read the job now (it may have ended since it was read), then again after
+        each sign that it may have ended: a commit elsewhere (``Store.wait_for_finish``)
+        or an action here (``Signals.ended``). Where the store gives no such sign, the
+        pauses double from 2 ms to ``RESULT_RECHECK_SECONDS``. A failing wait fails
+        the result wait, as a failing read does."""
         poll = 0.002
         while True:
-            ended.clear()
-            waits = [
-                asyncio.ensure_future(self.store.wait_for_finish(RESULT_RECHECK_SECONDS, poll)),
-                asyncio.ensure_future(ended.wait()),
-            ]
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in waits:
-                    task.cancel()
-            poll = min(poll * 1.5, RESULT_RECHECK_SECONDS)
             found = await self.store.job_get(last[0].id)
             if found is None or found.terminal:
                 return found
             last[0] = found
+            ended.clear()
+            store_sign = asyncio.ensure_future(
+                self.store.wait_for_finish(RESULT_RECHECK_SECONDS, poll)
+            )
+            here = asyncio.ensure_future(ended.wait())
+            try:
+                await asyncio.wait([store_sign, here], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                here.cancel()
+                store_sign.cancel()
+            if store_sign.done() and not store_sign.cancelled():
+                store_sign.result()  # raises what the wait raised
+            poll = min(poll * 2, RESULT_RECHECK_SECONDS)
 
     # -- many jobs ---------------------------------------------------------------------
 
@@ -293,13 +337,17 @@ class Operations:
     async def take(
         self, namespace: str, queue: str, count: int, holder: str, ttr: float
     ) -> list[Job]:
-        """Lease up to ``count`` ready jobs of the queue (due ones promoted first)."""
+        """Lease up to ``count`` ready jobs of the queue (due ones promoted first).
+        They count as claimed once ``delivered``: a consumer that went away meanwhile
+        has them given back instead."""
+        return await self.store.job_take(namespace, queue, count, holder, ttr, self.clock())
+
+    def delivered(self, jobs: Sequence[Job]) -> None:
+        """Taken jobs handed to their consumer: claims, in the metrics, as a worker's."""
         now = self.clock()
-        jobs = await self.store.job_take(namespace, queue, count, holder, ttr, now)
         for job in jobs:
-            metrics.CLAIMED.inc(1, namespace, job.queue)
-            metrics.LAG_SECONDS.observe(max(now - job.run_at, 0.0), namespace, job.queue)
-        return jobs
+            metrics.CLAIMED.inc(1, job.namespace, job.queue)
+            metrics.LAG_SECONDS.observe(max(now - job.run_at, 0.0), job.namespace, job.queue)
 
     async def ack(self, namespace: str, queue: str, job_ids: Sequence[int]) -> list[int]:
         """End these jobs of the queue as succeeded: the ids that were there."""

@@ -117,7 +117,7 @@ class Engine:
     async def start(self) -> None:
         self._ops = await self.app.operations()
         self._tokens = TokenCache(self._ops)
-        self.app.signals.ready_listeners.append(self.notify)
+        self.app.signals.listen(self.notify)
         if self._maintenance_enabled:
             self._maintenance = MaintenanceLoop(self._ops.store, self.id, self.app.clock)
             self._services.append(asyncio.create_task(self._maintenance.run()))
@@ -132,8 +132,7 @@ class Engine:
                 consumer.answer.set_result([])
 
     async def stop(self) -> None:
-        with contextlib.suppress(ValueError):
-            self.app.signals.ready_listeners.remove(self.notify)
+        self.app.signals.unlisten(self.notify)
         watchers = [self._consuming.task] if self._consuming.task is not None else []
         tasks = [*self._services, *watchers, *list(self._looks)]
         for task in tasks:

@@ -225,6 +225,7 @@ class LmstfyApi:
         if not jobs:
             self.engine.limiter.refund(token, "read")
             return error(404, "no job available", key="msg")
+        self.engine.ops.delivered(jobs)
         now = self.engine.now()
         if count == 1:
             return http.json(200, job_object(jobs[0], now, new=True))

@@ -54,7 +54,7 @@ async def test_actions_that_can_make_jobs_ready_say_so_in_this_process(
     app: ferryq.App, ops: Operations
 ) -> None:
     heard: list[tuple[str | None, str | None]] = []
-    app.signals.ready_listeners.append(lambda ns, queue: heard.append((ns, queue)))
+    app.signals.listen(lambda ns, queue: heard.append((ns, queue)))
     job_id = await _job(app, lane="post:1")
     await ops.set_lane_limit("default", "post:*", 2)
     assert len(heard) == 1
@@ -78,6 +78,8 @@ async def test_a_take_and_an_ack_count_in_the_metrics(app: ferryq.App, ops: Oper
     finished = _count(metrics.FINISHED, "default", "default", "succeeded")
     await _job(app)
     [taken] = await ops.take("default", "default", 5, "consumer", 30)
+    assert _count(metrics.CLAIMED, "default", "default") == claimed  # not delivered yet
+    ops.delivered([taken])
     assert await ops.ack("default", "default", [taken.id, taken.id + 1000]) == [taken.id]
     assert _count(metrics.CLAIMED, "default", "default") == claimed + 1
     assert _count(metrics.FINISHED, "default", "default", "succeeded") == finished + 1
@@ -138,3 +140,42 @@ async def test_a_result_wait_ends_at_once_when_told_to_stop(
     stop.set()
     assert await asyncio.wait_for(waiting, WAIT) is job
     assert await ops.wait_ended(job, 0) is job  # no time to wait: as it is
+
+
+async def test_a_sync_cancel_from_another_thread_ends_a_wait_on_this_loop(
+    app: ferryq.App, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await ops.get(await _job(app))
+    loop = asyncio.get_running_loop()
+    heard: list[bool] = []
+    app.signals.listen(lambda ns, queue: heard.append(asyncio.get_running_loop() is loop))
+    monkeypatch.setattr(ops.store, "wait_for_finish", _forever)
+    waiting = asyncio.ensure_future(ops.wait_ended(job, WAIT))
+    await asyncio.sleep(0)
+    # The sync API runs on the portal's loop, in another thread, on another store.
+    await asyncio.to_thread(app.cancel, job.id)
+    ended = await asyncio.wait_for(waiting, WAIT)
+    assert ended is not None and ended.state == State.CANCELLED
+    assert heard == [True]  # called on the loop it listens on
+
+
+async def test_a_failing_store_wait_fails_the_result_wait_after_one_read(
+    app: ferryq.App, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await ops.get(await _job(app))
+    reads = 0
+    read = ops.store.job_get
+
+    async def counted_read(job_id: int) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(job_id)
+
+    async def broken(within: float, poll: float) -> None:
+        raise OSError("the wait broke")
+
+    monkeypatch.setattr(ops.store, "job_get", counted_read)
+    monkeypatch.setattr(ops.store, "wait_for_finish", broken)
+    with pytest.raises(OSError, match="the wait broke"):
+        await asyncio.wait_for(ops.wait_ended(job, WAIT), WAIT)
+    assert reads == 1
