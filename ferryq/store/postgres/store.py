@@ -1287,9 +1287,16 @@ class _Listener:
         try:
             # Once connected, close() sees the connection, even if we are cancelled.
             self.conn = await asyncpg.connect(self.url)
-            # A server shutting down may accept the connection and then end it here.
-            await self.conn.add_listener(JOBS_CHANNEL, self._on_jobs)
-            await self.conn.add_listener(DONE_CHANNEL, self._on_done)
+            try:
+                # A server shutting down may accept the connection and then end it here.
+                await self.conn.add_listener(JOBS_CHANNEL, self._on_jobs)
+                await self.conn.add_listener(DONE_CHANNEL, self._on_done)
+            except asyncio.CancelledError:
+                # A wait cancelled here would leave a connection that listens to
+                # nothing, taken for a listening one from then on: none is better.
+                conn, self.conn = self.conn, None
+                conn.terminate()
+                raise
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
             self._faults.failed("LISTEN for wake-ups (polling meanwhile)", exc)
