@@ -25,8 +25,6 @@ from ferryq.cli_common import (
 from ferryq.errors import ConfigurationError
 from ferryq.ops import Token
 from ferryq.server import tokens
-from ferryq.server.app import ServerConfig, serve
-from ferryq.server.http import MAX_NAME_LENGTH, NAME
 
 
 @click.command()
@@ -60,6 +58,8 @@ def server(
     log_format: str,
 ) -> None:
     """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
+    from ferryq.server.app import ServerConfig, serve  # the web framework, only here
+
     url = server_url or get_app(ctx).url
     # An empty secret or credential is refused by check(), not ignored: one that failed
     # to reach the environment would otherwise pass unseen (click drops empty variables).
@@ -86,6 +86,8 @@ def token() -> None:
 
 
 def _check_namespace(namespace: str) -> None:
+    from ferryq.server.http import MAX_NAME_LENGTH, NAME  # starlette: only for tokens
+
     if len(namespace) > MAX_NAME_LENGTH or not NAME.fullmatch(namespace):
         raise CliError(
             f"invalid namespace {namespace!r}: the HTTP API serves namespaces of letters, "

@@ -64,6 +64,12 @@ def test_a_command_of_the_jobs_loads_neither_the_server_nor_the_dashboard(tmp_pa
     assert loaded_after(code) == []
 
 
+def test_the_command_list_loads_no_web_framework() -> None:
+    loaded = loaded_after(run_cli("--help"))
+    assert [m for m in loaded if not m.startswith("ferryq.server")] == []
+    assert "ferryq.server.app" not in loaded
+
+
 def test_the_server_commands_are_found_when_asked_for() -> None:
     """The probe above would pass if the server's commands were lost: they are not."""
     code = run_cli("token", "--help") + "assert 'ferryq.cli_server' in sys.modules\n"
