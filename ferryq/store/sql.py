@@ -1,8 +1,10 @@
 """What both SQL backends share: column lists, the statement and migration loaders,
 the job-list query, and decoding a row into a Job.
 
-Statements live in each backend's ``queries.sql`` under ``-- name: x`` headers, with
-the same names on every backend. ``{job_columns}``-style placeholders are filled in
+Statements live in each backend's ``queries.sql`` under ``-- name: x`` headers. A name
+both backends have means the same on both; the flows written once
+(``ferryq.store.flows``) run only such names, and each backend has names of its own
+besides (see the files' headers). ``{job_columns}``-style placeholders are filled in
 once at load time; parameters are named (``:now``).
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -161,7 +163,8 @@ def requeue_statement(finish: Finish) -> tuple[str, dict[str, Any]]:
     return "job_requeue", {**common, **timing, "error": error}
 
 
-def job_from_row(row: Sequence[Any]) -> Job:
+def job_from_row(row: Iterable[Any]) -> Job:
+    """A job from its JOB_COLUMNS, in order."""
     values = dict(zip(JOB_COLUMNS, row, strict=True))
     for column in _JSON_COLUMNS:
         raw = values[column]

@@ -2,8 +2,9 @@
 
 The job exists only if that transaction commits, and the wake-up NOTIFY is sent at
 that commit. Works with asyncpg connections and psycopg 3 connections, sync or
-async. The insert logic is written once, async; for a sync psycopg connection it is
-driven step by step without an event loop, since it never really waits.
+async. The insert is written once, async (``insert_with``); for a sync psycopg
+connection it is driven without an event loop (``flows.drive``), since it never
+really waits.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
-from ferryq.store.postgres.on_thread import drive
+from ferryq.store.flows import drive
 from ferryq.store.postgres.queries import Statement
 from ferryq.store.postgres.store import insert_jobs, insert_with
 

@@ -20,15 +20,15 @@ import select
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ferryq.errors import StoreError
 from ferryq.faults import one_line
 from ferryq.store.base import Inserted, NewJob
+from ferryq.store.flows import drive
 from ferryq.store.postgres.queries import Statement
 
 log = logging.getLogger("ferryq.store.postgres")
-T = TypeVar("T")
 Run = Callable[[Statement, dict[str, Any]], Coroutine[Any, Any, list[Any]]]
 Insert = Callable[[Run, NewJob, Sequence[str]], Coroutine[Any, Any, list[Inserted]]]
 #: After a connection could not be made, the loop takes every call this long.
@@ -136,13 +136,3 @@ def _hung_up(conn: Any) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
-
-
-def drive(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (its statements are sync), without a loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("the insert suspended on a sync connection")

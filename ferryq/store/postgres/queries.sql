@@ -1,5 +1,12 @@
--- Named statements of the PostgreSQL backend: the same names as on SQLite.
--- Parameters are named (:now) and become $n when loaded (see queries.py).
+-- Named statements of the PostgreSQL backend. A name that SQLite's queries.sql has too
+-- means the same there; the flows written once for both backends (ferryq/store/flows.py,
+-- STATEMENTS) run only such names, with the same parameters on both (SQLite leaves out
+-- the locks: its write transaction holds the database's write lock). The other names
+-- are this backend's own: the hot paths, the lane steps, the partitions and
+-- leadership are written for each database apart.
+-- tests/unit/test_store_queries.py checks what this header says.
+-- Parameters are named (:now) and become $n for asyncpg, %(now)s for psycopg, when
+-- loaded (queries.py); column lists are filled in from ferryq/store/sql.py.
 
 -- name: job_insert_batch
 -- One statement for a batch of jobs alike but for their args, and its one wake-up
@@ -228,14 +235,14 @@ SELECT {history_expired_columns} FROM moved j
 RETURNING id, namespace, lane;
 
 -- name: job_move_terminal
-WITH moved AS (
-    DELETE FROM ferryq_jobs j
-    WHERE j.id = :id AND j.state IN ('scheduled', 'waiting', 'ready')
-    RETURNING j.*
-)
+-- An operator ends a job that is not running (cancel; its row locked by job_lock): its
+-- copy in history; job_delete then takes it out of the hot table.
 INSERT INTO ferryq_history ({job_columns})
-SELECT {history_terminal_columns} FROM moved j
-RETURNING id;
+SELECT {history_terminal_columns} FROM ferryq_jobs j
+WHERE j.id = :id AND j.state IN ('scheduled', 'waiting', 'ready');
+
+-- name: job_delete
+DELETE FROM ferryq_jobs WHERE id = :id;
 
 -- name: job_request_cancel
 UPDATE ferryq_jobs SET cancel_requested = true WHERE id = :id AND state = 'running';
@@ -247,6 +254,7 @@ SELECT {job_columns} FROM ferryq_jobs WHERE id = :id;
 SELECT {job_columns} FROM ferryq_history WHERE id = :id;
 
 -- name: job_lock
+-- An operator's change to one job: its lane's lock first (lane_lock), then its row.
 SELECT state FROM ferryq_jobs WHERE id = :id FOR UPDATE;
 
 -- name: job_respawn
@@ -265,7 +273,8 @@ DELETE FROM ferryq_history WHERE id = ANY(:ids::bigint[]) AND state = 'dead' RET
 -- name: job_counts
 -- The hot jobs and the history's folded days (see migration 0008); the partitions
 -- not folded yet are read whole beside it (partitions.counts), in the same snapshot.
-SELECT namespace, queue, state, count(*) FROM ferryq_jobs
+-- A group may come in several rows: ferryq.store.flows.job_counts adds them up.
+SELECT namespace, queue, state, count(*) AS n FROM ferryq_jobs
 WHERE :namespace::text IS NULL OR namespace = :namespace
 GROUP BY namespace, queue, state
 UNION ALL
@@ -563,10 +572,10 @@ SELECT lane FROM held WHERE left(lane, length(:prefix)) = :prefix;
 -- name: lane_list
 -- Lanes with hot jobs, busiest first: a scan of the hot table, for operators.
 SELECT j.lane,
-       count(*) FILTER (WHERE j.state = 'waiting'),
-       count(*) FILTER (WHERE j.state IN ('scheduled', 'ready')),
-       count(*) FILTER (WHERE j.state = 'running'),
-       min(h.job_id)
+       count(*) FILTER (WHERE j.state = 'waiting') AS waiting,
+       count(*) FILTER (WHERE j.state IN ('scheduled', 'ready')) AS admitted,
+       count(*) FILTER (WHERE j.state = 'running') AS running,
+       min(h.job_id) AS halted_by
 FROM ferryq_jobs j
 LEFT JOIN ferryq_lane_halts h ON h.namespace = j.namespace AND h.lane = j.lane
 WHERE j.namespace = :namespace AND j.lane IS NOT NULL
@@ -703,3 +712,20 @@ SELECT {periodic_columns},
     coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
              (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
 FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;
+
+-- name: migration_lock
+-- One migrator at a time, however many processes start together.
+SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7));
+
+-- name: migration_table
+CREATE TABLE IF NOT EXISTS ferryq_migrations (
+    version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL);
+
+-- name: migration_versions
+SELECT version FROM ferryq_migrations;
+
+-- name: migration_record
+INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
+
+-- name: schema_version
+SELECT max(version) FROM ferryq_migrations;

@@ -1,9 +1,11 @@
 """The PostgreSQL backend: many workers on many machines, one database.
 
 Claims take rows with ``FOR UPDATE SKIP LOCKED`` through partial indexes; finishes
-and enqueues go in batches through ``unnest``; an enqueue transaction sends one
-NOTIFY that wakes idle workers, and every batch of finishes one that wakes result
-waiters. Leadership is a session advisory lock on a connection of its own.
+and enqueues go in batches through ``unnest``; an enqueue sends a NOTIFY per queue
+that wakes idle workers, and a batch of finishes that ends jobs one that wakes result
+waiters. Leadership is a session advisory lock on a connection of its own. Cancel,
+dedup on insert, the lane listing, the counts and migrate are the flows written once
+for both backends (ferryq.store.flows), run here on a ``ConnSession``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from ferryq.errors import InvalidTransition, JobNotFound, StoreError
+from ferryq.errors import StoreError
 from ferryq.faults import FaultLog, one_line
 from ferryq.job import Job, State
-from ferryq.lanes import LaneRule, LaneView, Taker, rule_for
-from ferryq.store import base, coalesce, safe_url
+from ferryq.lanes import LaneRule, LaneView, Taker
+from ferryq.store import base, coalesce, flows, safe_url
 from ferryq.store.base import (
     Claimed,
     Finish,
@@ -41,13 +43,13 @@ from ferryq.store.coalesce import PendingInsert
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.on_thread import ThreadInserts
 from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
+from ferryq.store.postgres.session import ConnSession, RunSession
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
     held_leases,
     job_from_row,
     list_query,
     requeue_statement,
-    split_script,
     worker_from_row,
 )
 from ferryq.turns import Turn, Turns
@@ -343,13 +345,14 @@ class PostgresStore(base.Store):
     # -- migrations --------------------------------------------------------------
 
     async def migrate(self) -> list[int]:
-        return await self._session(_migrate)
+        return await self._session(
+            lambda conn: flows.migrate(ConnSession(conn), MIGRATIONS, time.time())
+        )
 
     async def schema_version(self) -> int:
-        async def version(conn: Conn) -> int:
-            return int(await conn.fetchval("SELECT max(version) FROM ferryq_migrations") or 0)
-
-        return await self._session(version, transaction=False)
+        return await self._session(
+            lambda conn: flows.schema_version(ConnSession(conn)), transaction=False
+        )
 
     # -- hot path ----------------------------------------------------------------
 
@@ -670,7 +673,7 @@ class PostgresStore(base.Store):
         return [job_from_row(row) for row in rows]
 
     async def job_cancel(self, job_id: int, now: float) -> Job:
-        return await self._session(lambda conn: _cancel(conn, job_id, now))
+        return await self._session(lambda conn: flows.cancel(ConnSession(conn), job_id, now))
 
     async def job_respawn(
         self,
@@ -838,29 +841,17 @@ class PostgresStore(base.Store):
         return int(rows[0][0])
 
     async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
-        async def listing(conn: Conn) -> list[LaneInfo]:
-            rules = (await lanes.rules(_runner(conn), [namespace])).get(namespace, [])
-            rows = await _run(conn, Q["lane_list"], namespace=namespace, limit=limit)
-            found = [
-                LaneInfo(lane, waiting, admitted, running, halted_by, rule_for(rules, lane))
-                for lane, waiting, admitted, running, halted_by in rows
-            ]
-            listed = {info.lane for info in found}
-            for lane, job_id, _ in await _run(conn, Q["lane_halts"], namespace=namespace):
-                if lane not in listed:
-                    found.append(LaneInfo(lane, 0, 0, 0, job_id, rule_for(rules, lane)))
-            return found
-
-        return await self._session(listing, isolation="repeatable_read")
+        return await self._session(
+            lambda conn: flows.lane_list(ConnSession(conn), namespace, limit),
+            isolation="repeatable_read",
+        )
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
-        async def count(conn: Conn) -> dict[tuple[str, str, str], int]:
-            totals: dict[tuple[str, str, str], int] = {}
-            for ns, queue, state, n in await partitions.counts(conn, namespace):
-                totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
-            return totals
-
-        return await self._session(count, isolation="repeatable_read")
+        # One snapshot: a fold committing meanwhile is counted whole or not at all.
+        return await self._session(
+            lambda conn: flows.job_counts(ConnSession(conn), namespace),
+            isolation="repeatable_read",
+        )
 
     # -- maintenance -------------------------------------------------------------
 
@@ -994,28 +985,6 @@ class PostgresStore(base.Store):
 # -- statements on one connection ------------------------------------------------
 
 
-async def _migrate(conn: Conn) -> list[int]:
-    # One migrator at a time, however many processes start together.
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7))")
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS ferryq_migrations (version integer PRIMARY KEY,"
-        " name text NOT NULL, applied_at double precision NOT NULL)"
-    )
-    done = {r[0] for r in await conn.fetch("SELECT version FROM ferryq_migrations")}
-    applied = []
-    for version, name, sql in MIGRATIONS:
-        if version in done:
-            continue
-        for statement in split_script(sql):
-            await conn.execute(statement)
-        await conn.execute(
-            "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-            version, name, time.time(),
-        )  # fmt: skip
-        applied.append(version)
-    return applied
-
-
 def _usable(conn: Conn) -> bool:
     """Whether a connection kept out of the pool still works: asyncpg gives the
     pool back a connection the server ended, and its proxy then refuses every call."""
@@ -1092,33 +1061,28 @@ async def insert_with(
     job: NewJob,
     args: Sequence[str],
 ) -> list[Inserted]:
-    """The insert, over any driver: ``run`` executes one statement and returns rows."""
+    """The insert, over any driver: ``run`` executes one statement and returns rows.
+    A job with a unique key goes through ``flows.insert_unique``."""
     if not args:
         return []
-    total = len(args)
-    lane = None if job.lane is None else {(job.namespace, job.lane)}
     if job.unique_key is not None:
-        if lane is not None:  # before any row: see ferryq.store.postgres.lanes
-            await lanes.lock(run, lane)
-        key = {"namespace": job.namespace, "unique_key": job.unique_key}
-        await run(Q["job_lock_unique"], key)
-        rows = await run(Q["job_find_unique_hot"], key)
-        if not rows and job.unique_for is not None:
-            rows = await run(Q["job_find_unique_recent"],
-                             {**key, "since": job.created_at - job.unique_for})  # fmt: skip
-        if rows:
-            return [Inserted(int(rows[0][0]), False)] * total
-        args = args[:1]  # the first one is created; the others are its duplicates
+
+        async def insert(first: Sequence[str]) -> int:
+            return (await _insert_rows(run, job, first))[0]
+
+        return await flows.insert_unique(RunSession(run), job, args, insert)
+    return [Inserted(i, True) for i in await _insert_rows(run, job, args)]
+
+
+async def _insert_rows(run: lanes.Run, job: NewJob, args: Sequence[str]) -> list[int]:
     # The insert takes the lane's lock itself, before its first row (again, harmlessly,
     # after the unique key's path).
     params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
     params.update(state=job.state.value, args=list(args))
     ids: list[int] = (await run(Q["job_insert_batch"], params))[0][0]
-    if lane is not None:  # inserted waiting: the lane admits what it has room for
-        await lanes.settle(run, lane, job.created_at, locked=True)
-    if job.unique_key is not None:
-        return [Inserted(ids[0], True)] + [Inserted(ids[0], False)] * (total - 1)
-    return [Inserted(i, True) for i in ids]
+    if job.lane is not None:  # inserted waiting: the lane admits what it has room for
+        await lanes.settle(run, {(job.namespace, job.lane)}, job.created_at, locked=True)
+    return ids
 
 
 async def _claim(
@@ -1210,26 +1174,6 @@ class _Ended:
             self.lanes.add((namespace, lane))
             if state == "dead":
                 self.dead.setdefault((namespace, lane), []).append(job_id)
-
-
-async def _cancel(conn: Conn, job_id: int, now: float) -> Job:
-    run = _runner(conn)
-    in_lane = {(r[0], r[1]) for r in await _run(conn, Q["lane_of_job"], id=job_id)}
-    await lanes.lock(run, in_lane)  # the lane before the row
-    await _run(conn, Q["job_lock"], id=job_id)
-    job = await _get(conn, job_id)
-    if job is None:
-        raise JobNotFound(job_id)
-    if job.state == State.RUNNING:
-        await _run(conn, Q["job_request_cancel"], id=job_id)
-    elif not job.terminal:
-        await _run(conn, Q["job_move_terminal"], id=job_id, state="cancelled", now=now)
-        await lanes.settle(run, in_lane, now)
-    elif job.state != State.CANCELLED:
-        raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
-    found = await _get(conn, job_id)
-    assert found is not None
-    return found
 
 
 async def _returns_a_row(conn: Conn, name: str, params: dict[str, Any]) -> bool:

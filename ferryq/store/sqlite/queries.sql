@@ -1,5 +1,12 @@
--- Named statements of the SQLite backend. The PostgreSQL backend uses the same names.
--- Parameters are named (:now); job columns are listed in store.py once (JOB_COLUMNS).
+-- Named statements of the SQLite backend. A name that PostgreSQL's queries.sql has too
+-- means the same there; the flows written once for both backends (ferryq/store/flows.py,
+-- STATEMENTS) run only such names, with the same parameters on both (a lock SQLite
+-- need not take has an empty body: every write holds the database's write lock from
+-- its BEGIN IMMEDIATE). The other names are this backend's own: the hot paths, the
+-- lane steps and the history's fold are written for each database apart.
+-- tests/unit/test_store_queries.py checks what this header says.
+-- Parameters are named (:now); column lists are filled in from ferryq/store/sql.py
+-- (JOB_COLUMNS and the others) when the statements are loaded (queries.py).
 
 -- name: job_insert
 -- One statement for a batch: :args is a JSON array of each job's args as JSON text.
@@ -22,6 +29,9 @@ INSERT INTO ferryq_jobs (namespace, queue, task, args, state, lane, priority, ru
 VALUES (:namespace, :queue, :task, :args, :state, :lane, :priority, :run_at,
     :order_time, :expires_at, :ttr, :max_tries, :retry, :unique_key, :stage, :context, :meta,
     :created_at, :timeout);
+
+-- name: job_lock_unique
+-- Nothing to take: the write lock already lets one enqueue of a key through at a time.
 
 -- name: job_find_unique_hot
 SELECT id FROM ferryq_jobs WHERE namespace = :namespace AND unique_key = :unique_key;
@@ -165,7 +175,8 @@ WHERE expires_at <= :now AND state IN ('scheduled', 'waiting', 'ready')
 ORDER BY expires_at LIMIT :limit;
 
 -- name: job_move_terminal
--- Operator or maintenance ends a job that is not running (cancel, expire).
+-- Operator or maintenance ends a job that is not running (cancel, expire): its copy
+-- in history; job_delete then takes it out of the hot table.
 INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns}
 FROM ferryq_jobs j
@@ -173,6 +184,9 @@ WHERE j.id = :id AND j.state IN ('scheduled', 'waiting', 'ready');
 
 -- name: job_request_cancel
 UPDATE ferryq_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running';
+
+-- name: job_lock
+-- Nothing to take: the write lock keeps the row as it is until the commit.
 
 -- name: job_get_hot
 SELECT {job_columns} FROM ferryq_jobs WHERE id = :id;
@@ -195,7 +209,8 @@ DELETE FROM ferryq_history WHERE id = :id AND state = 'dead';
 -- name: job_counts
 -- The hot jobs, the history folded into ferryq_history_counts, and the rows after
 -- the fold's mark (see migration 0008), in one read.
-SELECT namespace, queue, state, count(*) FROM ferryq_jobs
+-- A group may come in several rows: ferryq.store.flows.job_counts adds them up.
+SELECT namespace, queue, state, count(*) AS n FROM ferryq_jobs
 WHERE :namespace IS NULL OR namespace = :namespace
 GROUP BY namespace, queue, state
 UNION ALL
@@ -255,6 +270,9 @@ FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
 
 -- name: worker_prune
 DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
+
+-- name: lane_of_job
+SELECT namespace, lane FROM ferryq_jobs WHERE id = :id AND lane IS NOT NULL;
 
 -- name: lane_of_jobs
 -- The lanes of the jobs about to finish (a lane never changes, so no lock is needed).
@@ -337,8 +355,10 @@ SELECT lane FROM held WHERE substr(lane, 1, length(:prefix)) = :prefix;
 -- name: lane_list
 -- Lanes with hot jobs, busiest first: a scan of the hot table, for operators.
 SELECT j.lane,
-       sum(j.state = 'waiting'), sum(j.state IN ('scheduled', 'ready')),
-       sum(j.state = 'running'), h.job_id
+       sum(j.state = 'waiting') AS waiting,
+       sum(j.state IN ('scheduled', 'ready')) AS admitted,
+       sum(j.state = 'running') AS running,
+       h.job_id AS halted_by
 FROM ferryq_jobs j
 LEFT JOIN ferryq_lane_halts h ON h.namespace = j.namespace AND h.lane = j.lane
 WHERE j.namespace = :namespace AND j.lane IS NOT NULL
@@ -527,3 +547,20 @@ SELECT {periodic_columns},
     coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
              (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
 FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;
+
+-- name: migration_lock
+-- Nothing to take: a migration runs in a write transaction, which holds the database's
+-- write lock, so one process migrates at a time.
+
+-- name: migration_table
+CREATE TABLE IF NOT EXISTS ferryq_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
+
+-- name: migration_versions
+SELECT version FROM ferryq_migrations;
+
+-- name: migration_record
+INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
+
+-- name: schema_version
+SELECT max(version) FROM ferryq_migrations;

@@ -3,14 +3,18 @@
 One connection per store lives on one dedicated thread, so the event loop never
 blocks on the database. Every write is a ``BEGIN IMMEDIATE`` transaction: it takes the
 write lock up front, which lets SQLite's busy handler queue writers from several
-processes instead of failing them half-way. If a writer still times out, the
-transaction is retried, so "database is locked" never reaches a caller. Any other
+processes instead of failing them half-way. If a writer still times out waiting for
+the lock, it begins again, so "database is locked" never reaches a caller. Any other
 SQLite error reaches callers as a StoreError (DiskFull, DatabaseReadOnly) that says
 in one line what is wrong with which file; the SQLite error is its ``__cause__``.
 
 A disk that fills up is survived: while little space is left the store keeps the WAL
 short, and after a write failed for want of space it empties the WAL before the next
 write, so that writes work again as soon as space is freed.
+
+Cancel, dedup on insert, the lane listing, the counts and migrate are the flows
+written once for both backends (ferryq.store.flows), driven here on the store's
+thread through a ``_Session``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,13 +41,11 @@ from ferryq.errors import (
     ConfigurationError,
     DatabaseReadOnly,
     DiskFull,
-    InvalidTransition,
-    JobNotFound,
     StoreError,
 )
 from ferryq.job import Job, State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
-from ferryq.store import base, coalesce
+from ferryq.store import base, coalesce, flows
 from ferryq.store.base import (
     Claimed,
     Finish,
@@ -56,13 +58,13 @@ from ferryq.store.base import (
     WorkerInfo,
 )
 from ferryq.store.coalesce import PendingInsert
+from ferryq.store.flows import drive
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
     held_leases,
     job_from_row,
     list_query,
     requeue_statement,
-    split_script,
     worker_from_row,
 )
 from ferryq.store.sqlite import wake
@@ -782,7 +784,9 @@ class SQLiteStore(base.Store):
         return await self._call(self._read, lambda conn: _list(conn, where))
 
     async def job_cancel(self, job_id: int, now: float) -> Job:
-        return await self._call(self._write, lambda conn: _cancel(conn, job_id, now))
+        return await self._call(
+            self._write, lambda conn: drive(flows.cancel(_Session(conn), job_id, now))
+        )
 
     async def job_respawn(
         self,
@@ -822,13 +826,9 @@ class SQLiteStore(base.Store):
         return await self._call(self._write, purge)
 
     async def job_counts(self, namespace: str | None) -> dict[tuple[str, str, str], int]:
-        def counts(conn: sqlite3.Connection) -> dict[tuple[str, str, str], int]:
-            totals: dict[tuple[str, str, str], int] = {}
-            for ns, queue, state, n in conn.execute(Q["job_counts"], {"namespace": namespace}):
-                totals[(ns, queue, state)] = totals.get((ns, queue, state), 0) + n
-            return totals
-
-        return await self._call(self._read, counts)
+        return await self._call(
+            self._read, lambda conn: drive(flows.job_counts(_Session(conn), namespace))
+        )
 
     # -- queues as the HTTP API sees them ----------------------------------------
 
@@ -965,21 +965,9 @@ class SQLiteStore(base.Store):
         )
 
     async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
-        def listing(conn: sqlite3.Connection) -> list[LaneInfo]:
-            rules = _rules(conn, namespace)
-            found = [
-                LaneInfo(lane, waiting, admitted, running, halted_by, lanes.rule_for(rules, lane))
-                for lane, waiting, admitted, running, halted_by in conn.execute(
-                    Q["lane_list"], {"namespace": namespace, "limit": limit}
-                )
-            ]
-            listed = {info.lane for info in found}
-            for lane, job_id, _ in conn.execute(Q["lane_halts"], {"namespace": namespace}):
-                if lane not in listed:
-                    found.append(LaneInfo(lane, 0, 0, 0, job_id, lanes.rule_for(rules, lane)))
-            return found
-
-        return await self._call(self._read, listing)
+        return await self._call(
+            self._read, lambda conn: drive(flows.lane_list(_Session(conn), namespace, limit))
+        )
 
     # -- maintenance -------------------------------------------------------------
 
@@ -1178,40 +1166,62 @@ def _uri(file: Path, query: str) -> str:
 # -- statements run on the store's thread --------------------------------------
 
 
+class _Session:
+    """The session of the flows written once (ferryq.store.flows) on the store's
+    connection, in the transaction the caller began. Every statement is a sync call,
+    so a flow never suspends here: ``drive`` runs it. No lock is taken: a write holds
+    the database's write lock from its BEGIN IMMEDIATE."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def rows(self, name: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        cursor = self.conn.cursor()
+        cursor.row_factory = sqlite3.Row  # by column name, for this cursor only
+        return cursor.execute(Q[name], params).fetchall()
+
+    async def value(self, name: str, params: Mapping[str, Any]) -> Any:
+        row = self.conn.execute(Q[name], params).fetchone()
+        return None if row is None else row[0]
+
+    async def execute(self, name: str, params: Mapping[str, Any]) -> None:
+        self.conn.execute(Q[name], params)
+
+    async def script(self, sql: str) -> None:
+        self.conn.execute(sql)
+
+    async def lock_lanes(self, keys: Collection[tuple[str, str]]) -> None:
+        pass  # the write lock is held
+
+    async def settle_lanes(self, keys: Collection[tuple[str, str]], now: float) -> None:
+        _settle(self.conn, set(keys), now)
+
+    async def lane_rules(self, namespace: str) -> list[LaneRule]:
+        return _rules(self.conn, namespace)
+
+
 def _migrate(conn: sqlite3.Connection) -> list[int]:
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS ferryq_migrations "
-        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    done = {row[0] for row in conn.execute("SELECT version FROM ferryq_migrations")}
-    applied = []
-    for version, name, sql in MIGRATIONS:
-        if version in done:
-            continue
-        for statement in split_script(sql):
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-            (version, name, time.time()),
-        )
-        applied.append(version)
-    return applied
+    return drive(flows.migrate(_Session(conn), MIGRATIONS, time.time()))
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT max(version) FROM ferryq_migrations").fetchone()
-    return int(row[0] or 0)
+    return drive(flows.schema_version(_Session(conn)))
 
 
 def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    total = len(args)
     if job.unique_key is not None:
-        existing = _find_duplicate(conn, job)
-        if existing is not None:
-            return [Inserted(existing, False)] * total
-        args = args[:1]  # the first one is created; the others are its duplicates
-    if len(args) == 1 and job.lane is None and job.unique_key is None:
+
+        async def insert(first: Sequence[str]) -> int:
+            return _insert_rows(conn, job, first)[0]
+
+        return drive(flows.insert_unique(_Session(conn), job, args, insert))
+    if len(args) == 1 and job.lane is None:
         return [Inserted(_insert_one(conn, job, args[0]), True)]
+    return [Inserted(i, True) for i in _insert_rows(conn, job, args)]
+
+
+def _insert_rows(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> range:
+    """Jobs of a lane, with a unique key, or many at once: their ids."""
     params = {
         "namespace": job.namespace, "queue": job.queue, "task": job.task,
         "args": args[0] if len(args) == 1 else json.dumps(list(args)),
@@ -1230,9 +1240,7 @@ def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> 
         first = last - count + 1
     if job.lane is not None:  # inserted waiting: the lane admits what it has room for
         _settle(conn, {(job.namespace, job.lane)}, job.created_at)
-    if job.unique_key is not None:
-        return [Inserted(first, True)] + [Inserted(first, False)] * (total - 1)
-    return [Inserted(i, True) for i in range(first, last + 1)]
+    return range(first, last + 1)
 
 
 #: One job's insert with positional parameters: binding by name cost a fifth of the
@@ -1257,15 +1265,6 @@ def _insert_one(conn: sqlite3.Connection, job: NewJob, args: str) -> int:
 
 def _inserting(pending: PendingInsert) -> Callable[[sqlite3.Connection], list[Inserted]]:
     return lambda conn: _insert_many(conn, pending.job, pending.args)
-
-
-def _find_duplicate(conn: sqlite3.Connection, job: NewJob) -> int | None:
-    key = {"namespace": job.namespace, "unique_key": job.unique_key}
-    row = conn.execute(Q["job_find_unique_hot"], key).fetchone()
-    if row is None and job.unique_for is not None:
-        since = job.created_at - job.unique_for
-        row = conn.execute(Q["job_find_unique_recent"], {**key, "since": since}).fetchone()
-    return None if row is None else int(row[0])
 
 
 def _claim(
@@ -1603,21 +1602,6 @@ def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
     if row is None:
         row = conn.execute(Q["job_get_history"], {"id": job_id}).fetchone()
     return None if row is None else job_from_row(row)
-
-
-def _cancel(conn: sqlite3.Connection, job_id: int, now: float) -> Job:
-    job = _get(conn, job_id)
-    if job is None:
-        raise JobNotFound(job_id)
-    if job.state == State.RUNNING:
-        conn.execute(Q["job_request_cancel"], {"id": job_id})
-    elif not job.terminal:
-        _move_terminal(conn, job_id, State.CANCELLED, now)
-    elif job.state != State.CANCELLED:
-        raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
-    found = _get(conn, job_id)
-    assert found is not None
-    return found
 
 
 def _periodic(conn: sqlite3.Connection, namespace: str) -> list[base.PeriodicState]:

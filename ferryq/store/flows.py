@@ -1,0 +1,207 @@
+"""Flows written once for every backend: cancel, dedup on insert, the lane listing,
+the counts merge, migrate.
+
+A flow is an async function over a ``Session``: one transaction (or read snapshot)
+of one backend, which runs that backend's statement of a given name (its
+``queries.sql``; the SQL may differ, the name and the meaning do not). PostgreSQL
+awaits a flow on its connection. SQLite runs it on the store's thread, where every
+statement is a plain sync call, so the flow never suspends and ``drive`` steps it
+through without an event loop; a sync psycopg connection (an enqueue in the
+application's own transaction) is driven the same way.
+
+The hot paths (plain inserts, claims, finishes) are not flows: each backend keeps
+its own, tuned to its driver.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ferryq import lanes
+from ferryq.errors import InvalidTransition, JobNotFound
+from ferryq.job import Job, State
+from ferryq.lanes import LaneRule
+from ferryq.store.base import Inserted, LaneInfo, NewJob
+from ferryq.store.sql import job_from_row, split_script
+
+T = TypeVar("T")
+Key = tuple[str, str]  # (namespace, lane)
+Counts = dict[tuple[str, str, str], int]
+
+#: The statements the flows run, by name: each backend's queries.sql has every one
+#: (tests/unit/test_store_queries.py checks it). Some take nothing on SQLite, whose
+#: write transaction holds the database's one write lock: their body is empty.
+STATEMENTS = (
+    "job_counts", "job_delete", "job_find_unique_hot", "job_find_unique_recent",
+    "job_get_history", "job_get_hot", "job_lock", "job_lock_unique", "job_move_terminal",
+    "job_request_cancel", "lane_halts", "lane_list", "lane_of_job", "migration_lock",
+    "migration_record", "migration_table", "migration_versions", "schema_version",
+)  # fmt: skip
+
+
+class Row(Protocol):
+    """A row read by column name (``row["lane"]``) or position: ``sqlite3.Row`` and
+    asyncpg's ``Record`` both are."""
+
+    def __getitem__(self, key: Any, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...
+
+
+class Session(Protocol):
+    """One transaction of one backend, as a flow sees it: statements by name, and the
+    lane rule's few steps, which each backend takes its own way."""
+
+    async def rows(self, name: str, params: Mapping[str, Any]) -> Sequence[Row]:
+        """The rows of statement ``name``."""
+
+    async def value(self, name: str, params: Mapping[str, Any]) -> Any:
+        """The first column of statement ``name``'s first row; None with no row."""
+
+    async def execute(self, name: str, params: Mapping[str, Any]) -> None:
+        """Run statement ``name``, for what it writes or locks."""
+
+    async def lock_lanes(self, keys: Collection[Key]) -> None:
+        """Take these lanes' locks before any job row (PostgreSQL: see
+        ferryq.store.postgres.lanes). SQLite takes none: the write lock is held."""
+
+    async def settle_lanes(self, keys: Collection[Key], now: float) -> None:
+        """Bring these lanes to what their rules allow, after jobs left them."""
+
+    async def lane_rules(self, namespace: str) -> list[LaneRule]:
+        """A namespace's lane rules, in pattern order."""
+
+
+class Migrating(Session, Protocol):
+    """A session that can also run a migration's statements as written."""
+
+    async def script(self, sql: str) -> None: ...
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (its statements are sync calls), without an
+    event loop: a flow on SQLite's connection, an insert on a sync psycopg one."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a flow driven without an event loop suspended")
+
+
+async def job_get(session: Session, job_id: int) -> Job | None:
+    """The job, hot or finished, in the session's snapshot."""
+    rows = await session.rows("job_get_hot", {"id": job_id})
+    if not rows:
+        rows = await session.rows("job_get_history", {"id": job_id})
+    return job_from_row(rows[0]) if rows else None
+
+
+async def cancel(session: Session, job_id: int, now: float) -> Job:
+    """Cancel a job (``Store.job_cancel``). A running job is asked to stop: its worker
+    ends it. One not started moves to history as cancelled, and its lane makes room. A
+    cancelled job is returned as it is; any other that has ended is refused."""
+    key = {"id": job_id}
+    in_lane = {(row["namespace"], row["lane"]) for row in await session.rows("lane_of_job", key)}
+    await session.lock_lanes(in_lane)  # the lane before the row
+    await session.execute("job_lock", key)
+    job = await job_get(session, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.state == State.RUNNING:
+        await session.execute("job_request_cancel", key)
+    elif not job.terminal:  # scheduled, waiting or ready: the locked row moves for sure
+        params = {"id": job_id, "state": State.CANCELLED.value, "now": now}
+        await session.execute("job_move_terminal", params)
+        await session.execute("job_delete", key)
+        await session.settle_lanes(in_lane, now)
+    elif job.state != State.CANCELLED:
+        raise InvalidTransition(f"job {job_id} is already {job.state}; it cannot be cancelled")
+    found = await job_get(session, job_id)
+    assert found is not None
+    return found
+
+
+async def insert_unique(
+    session: Session,
+    job: NewJob,
+    args: Sequence[str],
+    insert: Callable[[Sequence[str]], Awaitable[int]],
+) -> list[Inserted]:
+    """Jobs with a unique key (``job.unique_key``): while a job with the key is not
+    finished, or, with ``unique_for``, was created within that many seconds, every one
+    of ``args`` is that job; else ``insert`` (the backend's insert, which settles the
+    job's lane) writes the first and returns its id, and the others are that job."""
+    assert job.unique_key is not None
+    if not args:
+        return []
+    if job.lane is not None:
+        await session.lock_lanes({(job.namespace, job.lane)})  # before any row
+    key = {"namespace": job.namespace, "unique_key": job.unique_key}
+    await session.execute("job_lock_unique", key)  # enqueues of one key, one at a time
+    existing = await session.value("job_find_unique_hot", key)
+    if existing is None and job.unique_for is not None:
+        since = job.created_at - job.unique_for
+        existing = await session.value("job_find_unique_recent", {**key, "since": since})
+    if existing is not None:
+        return [Inserted(int(existing), False)] * len(args)
+    first = await insert(args[:1])
+    return [Inserted(first, True)] + [Inserted(first, False)] * (len(args) - 1)
+
+
+async def lane_list(session: Session, namespace: str, limit: int) -> list[LaneInfo]:
+    """Lanes with hot jobs, busiest first, then halted lanes that have none."""
+    rules = await session.lane_rules(namespace)
+    rule = functools.partial(lanes.rule_for, rules)
+    rows = await session.rows("lane_list", {"namespace": namespace, "limit": limit})
+    found = [
+        LaneInfo(
+            r["lane"], r["waiting"], r["admitted"], r["running"], r["halted_by"], rule(r["lane"])
+        )
+        for r in rows
+    ]
+    listed = {info.lane for info in found}
+    for r in await session.rows("lane_halts", {"namespace": namespace}):
+        if r["lane"] not in listed:
+            found.append(LaneInfo(r["lane"], 0, 0, 0, r["job_id"], rule(r["lane"])))
+    return found
+
+
+async def job_counts(session: Session, namespace: str | None) -> Counts:
+    """Counts by (namespace, queue, state), hot and historical: ``job_counts`` gives
+    them in parts (hot jobs, folded history, history not folded yet), added up here."""
+    totals: Counts = {}
+    for row in await session.rows("job_counts", {"namespace": namespace}):
+        group = (row["namespace"], row["queue"], row["state"])
+        totals[group] = totals.get(group, 0) + int(row["n"])
+    return totals
+
+
+async def migrate(
+    session: Migrating, migrations: Sequence[tuple[int, str, str]], now: float
+) -> list[int]:
+    """Apply the migrations not recorded yet, in order, and record each at ``now``;
+    return their versions. Runs in one write transaction, whose ``migration_lock``
+    lets one migrator through at a time."""
+    await session.execute("migration_lock", {})
+    await session.execute("migration_table", {})
+    done = {row["version"] for row in await session.rows("migration_versions", {})}
+    applied = []
+    for version, name, sql in migrations:
+        if version in done:
+            continue
+        for statement in split_script(sql):
+            await session.script(statement)
+        params = {"version": version, "name": name, "applied_at": now}
+        await session.execute("migration_record", params)
+        applied.append(version)
+    return applied
+
+
+async def schema_version(session: Session) -> int:
+    """The latest migration applied (0: none)."""
+    return int(await session.value("schema_version", {}) or 0)

@@ -1,0 +1,60 @@
+"""The two backends' statements, as the headers of their queries.sql describe them: the
+flows written once (ferryq.store.flows) run only names that both backends have, with
+the same parameters on both, but for the locks that SQLite need not take (left empty);
+the other names are each backend's own."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from ferryq.store import flows
+from ferryq.store.postgres.queries import Q as POSTGRES
+from ferryq.store.sqlite.queries import Q as SQLITE
+
+# A named parameter: a colon not part of a "::" cast, then a name.
+PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def run_by_the_flows() -> set[str]:
+    """The statement names that ferryq/store/flows.py passes to a session."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(Path(flows.__file__).read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("rows", "value", "execute")
+            and node.args
+        ):
+            first = node.args[0]
+            assert isinstance(first, ast.Constant) and isinstance(first.value, str), ast.unparse(
+                node
+            )
+            found.add(first.value)
+    return found
+
+
+def test_the_flows_declare_every_statement_they_run() -> None:
+    assert run_by_the_flows() == set(flows.STATEMENTS)
+
+
+@pytest.mark.parametrize("name", flows.STATEMENTS)
+def test_a_statement_of_the_flows_is_on_both_backends_with_the_same_parameters(
+    name: str,
+) -> None:
+    assert name in SQLITE, f"{name} is not in sqlite/queries.sql"
+    assert name in POSTGRES, f"{name} is not in postgres/queries.sql"
+    assert POSTGRES[name].sql
+    if not SQLITE[name]:
+        assert "lock" in name.split("_"), f"{name} is empty on SQLite but takes no lock"
+        return
+    assert set(PARAMETER.findall(SQLITE[name])) == set(POSTGRES[name].names)
+
+
+def test_each_backend_has_names_of_its_own() -> None:
+    # The header says so: a flow written once could not run them.
+    assert set(SQLITE) - set(POSTGRES) and set(POSTGRES) - set(SQLITE)
+    assert not (set(SQLITE) ^ set(POSTGRES)) & set(flows.STATEMENTS)
