@@ -1,9 +1,12 @@
 """The Store protocol: the only seam between ferryq and a database.
 
-Every method takes ``now`` (Unix seconds) from the caller, so tests can freeze time
-and every backend sees the same clock. Methods that finish an attempt carry the
-attempt's fencing token; a write with a stale token changes nothing and is reported
-back, never raised, because a late worker is an expected event, not an error.
+A method that depends on time takes it from the caller: ``now`` (Unix seconds), or
+the times inside ``NewJob`` and ``Finish``; so tests can freeze time and every
+backend sees the same clock. The stores read no clock for job data (only for their
+own upkeep: when a migration was applied, which history partitions PostgreSQL makes).
+Methods that finish an attempt carry the attempt's fencing token; a write with a
+stale token changes nothing and is reported back, never raised, because a late
+worker is an expected event, not an error.
 """
 
 from __future__ import annotations
@@ -100,7 +103,10 @@ class Finish:
     order_time: float | None = None
     stage: str | None = None
     context: str | None = None
-    lane: str | None = None  # the job's lane: PostgreSQL locks it before writing
+    # The job's lane, as its worker knows it: PostgreSQL keeps that many slots of a
+    # job_finish_and_claim for what the freed lanes hand over. The lanes the stores
+    # settle are found from the jobs' rows, whatever this says.
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +290,15 @@ class Store(Protocol):
         worker: str,
         now: float,
     ) -> tuple[FinishReport, list[Claimed]]:
-        """Write finished attempts and claim up to ``limit`` jobs in one transaction.
+        """Write finished attempts and claim up to ``limit`` jobs: the worker's hot
+        loop, one call instead of two. What the lanes these finishes free hand over
+        goes to this worker first.
 
-        The worker's hot loop: one round trip and one commit instead of two.
+        SQLite does both in one write transaction, with one commit. PostgreSQL does
+        them at once on two connections: the finishes in a transaction of their own,
+        which also takes what freed lanes hand over, and the claim beside it (each of
+        its statements commits by itself). When one half fails there and the other
+        does not, ``CycleHalfDone`` says what was done.
         """
 
     async def job_leases(

@@ -1,4 +1,5 @@
-"""The PostgreSQL statements, loaded once: column lists filled in, :name → $n."""
+"""The PostgreSQL statements, loaded once: column lists filled in, :name → $n (and
+→ %(name)s for psycopg)."""
 
 from __future__ import annotations
 
