@@ -225,6 +225,27 @@ async def test_dedup_inside_a_lane_returns_the_existing_job(store: Store) -> Non
     assert (await store.lane_view(NS, "L")).held[0].id == first.id
 
 
+async def test_lane_list_counts_each_lane_busiest_first_then_halted_lanes(
+    store: Store,
+) -> None:
+    await store.lane_rule_set(NS, LaneRule("L", 2), NOW)
+    await store.lane_rule_set(NS, LaneRule("H", 1, "halt"), NOW)
+    await lane_jobs(store, 4)
+    await insert(store, NOW, lane="M")
+    halting = await insert(store, NOW, lane="H", queue="h", max_tries=1)
+    (job,) = await store.job_claim(NS, ["h"], 1, "w1", NOW)
+    await store.job_finish_many([Finish("dead", halting, job.fence, NOW, NOW, error={})])
+    await claim(store, limit=1)  # the first job of L starts
+    listed = [(i.lane, i.waiting, i.admitted, i.running, i.halted_by, i.rule)
+              for i in await store.lane_list(NS, 10)]  # fmt: skip
+    assert listed == [
+        ("L", 2, 1, 1, None, LaneRule("L", 2)),
+        ("M", 0, 1, 0, None, LaneRule("*")),
+        ("H", 0, 0, 0, halting, LaneRule("H", 1, "halt")),
+    ]
+    assert [i.lane for i in await store.lane_list(NS, 1)] == ["L", "H"]
+
+
 async def test_lane_ahead_counts_waiting_jobs_in_front(store: Store) -> None:
     ids = await lane_jobs(store, 5)
     assert await store.lane_ahead(NS, "L", ids[4]) == 3  # ids[0] is admitted

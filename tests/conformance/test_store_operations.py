@@ -53,6 +53,16 @@ async def test_dedup_window_covers_finished_jobs(store: Store) -> None:
     assert after.created
 
 
+async def test_dedup_of_many_jobs_in_one_call_creates_the_first_only(store: Store) -> None:
+    rows = await store.job_insert_many(new_job(NOW, unique_key="k"), ["[1]", "[2]", "[3]"])
+    assert [row.created for row in rows] == [True, False, False]
+    assert {row.id for row in rows} == {rows[0].id}
+    job = await store.job_get(rows[0].id)
+    assert job is not None and job.args == [1]
+    again = await store.job_insert_many(new_job(NOW + 1, unique_key="k"), ["[4]", "[5]"])
+    assert [(row.id, row.created) for row in again] == [(rows[0].id, False)] * 2
+
+
 async def test_dedup_is_atomic_under_concurrent_enqueues(backend_url: str) -> None:
     stores = [open_store(backend_url) for _ in range(4)]
     for s in stores:
@@ -111,6 +121,18 @@ async def test_cancel_refuses_finished_jobs_and_unknown_ids(store: Store) -> Non
         await store.job_cancel(job_id, NOW)
     with pytest.raises(JobNotFound):
         await store.job_cancel(999_999, NOW)
+
+
+async def test_cancel_refuses_dead_and_expired_jobs(store: Store) -> None:
+    dead = await insert(store, NOW, max_tries=1)
+    await _finish_dead(store, dead, NOW)
+    expired = await insert(store, NOW, expires_at=NOW + 10)
+    assert await store.job_expire(NOW + 20, 10) == [expired]
+    for job_id, state in ((dead, "dead"), (expired, "expired")):
+        with pytest.raises(InvalidTransition, match=f"already {state}"):
+            await store.job_cancel(job_id, NOW + 30)
+        job = await store.job_get(job_id)
+        assert job is not None and job.state == state
 
 
 async def test_cancel_is_idempotent(store: Store) -> None:

@@ -137,6 +137,33 @@ async def test_enqueue_into_a_lane_in_the_callers_transaction(
     assert (await app.lanes_async()) == []
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg-async", "asyncpg"])
+async def test_a_unique_key_deduplicates_on_the_callers_connection(
+    app: ferryq.App, pg_url: str, driver: str
+) -> None:
+    double = _tasks(app).options(unique_key="daily", lane="post:1")
+    first = await double.enqueue_async(1)
+    if driver == "psycopg":
+        with psycopg.connect(pg_url) as conn, conn.transaction():
+            again = double.using(conn).enqueue_many([(2,), (3,)])
+    elif driver == "psycopg-async":
+        async with await psycopg.AsyncConnection.connect(pg_url) as aconn, aconn.transaction():
+            again = await double.using(aconn).enqueue_many_async([(2,), (3,)])
+    else:
+        conn = await asyncpg.connect(pg_url)
+        try:
+            async with conn.transaction():
+                again = await double.using(conn).enqueue_many_async([(2,), (3,)])
+        finally:
+            await conn.close()
+    assert [(h.id, h.created) for h in again] == [(first.id, False)] * 2
+    await drain_async(app)
+    assert await first.result_async(timeout=5) == 2
+    with psycopg.connect(pg_url) as conn, conn.transaction():
+        (later,) = double.using(conn).enqueue_many([(4,)])
+    assert later.created and later.id != first.id
+
+
 async def test_an_enqueue_into_a_lane_waits_for_the_lanes_lock(
     app: ferryq.App, pg_url: str
 ) -> None:
