@@ -410,6 +410,9 @@ def test_lanes_follow_the_reference_model(
             stateful_step_count=30,
             deadline=None,
             database=None,
+            # The same examples every run: which settle paths they drive (checked
+            # below) must not depend on the draw of the day.
+            derandomize=True,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
