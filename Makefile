@@ -4,9 +4,11 @@
 .PHONY: demo test check lint bench clean
 
 # pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
-# module stays on one worker (--dist loadscope), so a module's server starts once.
+# module stays on one worker (--dist loadscope), so a module's server starts once, and
+# modules go in the order collected (acceptance first: few tests, but the longest), not
+# most tests first, which left the longest to the end.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 demo:
 	@scripts/venv.sh
