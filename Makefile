@@ -29,7 +29,7 @@ check:
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/python -m pytest -q $(PYTEST_PARALLEL) --hypothesis-profile=check \
-		-m "not slow" -k "not postgres" tests/unit tests/conformance
+		-m "not slow and not postgres" tests/unit tests/conformance
 
 lint:
 	@scripts/venv.sh test

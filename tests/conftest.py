@@ -53,6 +53,16 @@ class FrozenClock:
         return self.now
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``postgres`` every test that uses PostgreSQL: by the cluster's fixture, or by a
+    parameter (a backend) named so. ``make check`` leaves them out."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = list(callspec.params.values()) if callspec is not None else []
+        if "pg_cluster" in getattr(item, "fixturenames", ()) or "postgres" in params:
+            item.add_marker(pytest.mark.postgres)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Make a report's text encodable as UTF-8 before pytest-xdist sends it from a worker
