@@ -36,7 +36,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
 
 def examples(full: int) -> int:
     """``full`` examples under the full profile, as many fewer under a lighter one."""
-    return max(1, full * settings.default.max_examples // FULL_EXAMPLES)
+    return max(1, full * settings().max_examples // FULL_EXAMPLES)
 
 
 class FrozenClock:
