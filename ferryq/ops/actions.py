@@ -202,7 +202,8 @@ class Operations:
         *,
         states: frozenset[State] | None = None,
     ) -> int:
-        """Delete ended jobs for good (unfinished ones are kept): how many went."""
+        """Delete dead jobs for good, releasing lanes they halted (others are kept):
+        how many went."""
         ids = await self._among(job_ids, namespace, states)
         purged = await self.store.job_purge(ids, self.clock()) if ids else 0
         if purged:
@@ -250,6 +251,8 @@ class Operations:
             for task in (watch, stopping):
                 if task is not None:
                     task.cancel()
+            if watch.done() and not watch.cancelled():
+                watch.exception()  # seen, even by a caller cancelled meanwhile
             self.signals.unwatch_end(job.id, ended)
 
     async def _until_ended(self, last: list[Job], ended: asyncio.Event) -> Job | None:
