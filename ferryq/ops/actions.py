@@ -263,11 +263,11 @@ class Operations:
         the result wait, as a failing read does."""
         poll = 0.002
         while True:
+            ended.clear()  # before the read: a sign during it is kept for the wait
             found = await self.store.job_get(last[0].id)
             if found is None or found.terminal:
                 return found
             last[0] = found
-            ended.clear()
             store_sign = asyncio.ensure_future(
                 self.store.wait_for_finish(RESULT_RECHECK_SECONDS, poll)
             )

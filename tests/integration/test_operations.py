@@ -179,3 +179,25 @@ async def test_a_failing_store_wait_fails_the_result_wait_after_one_read(
     with pytest.raises(OSError, match="the wait broke"):
         await asyncio.wait_for(ops.wait_ended(job, WAIT), WAIT)
     assert reads == 1
+
+
+async def test_a_cancel_while_the_wait_reads_the_job_is_not_lost(
+    app: ferryq.App, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await ops.get(await _job(app))
+    read = ops.store.job_get
+    canceller = await app.operations()
+    reads = 0
+
+    async def read_then_cancel(job_id: int) -> Any:
+        nonlocal reads
+        reads += 1
+        found = await read(job_id)
+        if reads == 1:  # the wait's first read saw it unfinished; now it ends
+            await canceller.cancel(job_id)
+        return found
+
+    monkeypatch.setattr(ops.store, "job_get", read_then_cancel)
+    monkeypatch.setattr(ops.store, "wait_for_finish", _forever)
+    ended = await asyncio.wait_for(ops.wait_ended(job, WAIT), WAIT)
+    assert ended is not None and ended.state == State.CANCELLED
