@@ -37,7 +37,13 @@ class Workers:
         return proc
 
     def stderr_of(self, proc: subprocess.Popen[str]) -> str:
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            log = self.stderr_paths[proc.pid].read_text()
+            raise AssertionError(f"still running 60 s on; it wrote:\n{log}") from None
         return self.stderr_paths[proc.pid].read_text()
 
     def log_lines(self) -> list[str]:
