@@ -564,7 +564,8 @@ class PostgresStore(base.Store):
         # This process's claims run one at a time, in the order they were asked for
         # (the turn is taken before anything is awaited): two claims at once would skip
         # each other's rows, and the later one could take, and start, the later jobs
-        # first. Finishes still run beside claims.
+        # first. Finishes still run beside claims, except those that hand lanes' next
+        # jobs over (``_hand_over``), which are claims too.
         turn = self._claims.take()
         try:
             if (listener := await self._listening()) is not None:
@@ -582,7 +583,7 @@ class PostgresStore(base.Store):
             # next. Both run to their end before any failure is raised, so none is left
             # in flight.
             finished, claimed = await asyncio.gather(
-                self._finish(finishes, taker, now),
+                self._hand_over(finishes, taker, now, turn),
                 self._claim(namespace, queues, limit - taker.budget, worker, now, turn),
                 return_exceptions=True,
             )
@@ -597,6 +598,17 @@ class PostgresStore(base.Store):
             return report, taken + claimed
         finally:
             turn.end()
+
+    async def _hand_over(
+        self, finishes: Sequence[Finish], taker: Taker, now: float, turn: Turn
+    ) -> tuple[FinishReport, list[Claimed]]:
+        """Finishes whose freed lanes may hand their next jobs to this worker: a
+        claim, so it waits for the claims asked for before it. Run beside one of them,
+        it could make ready the job behind the one it takes, for that earlier claim to
+        take and start first (in the same lane, out of id order)."""
+        if taker.budget:
+            await turn.wait()
+        return await self._finish(finishes, taker, now)
 
     async def _claim(
         self, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
