@@ -176,8 +176,7 @@ class Worker:
                 await maintenance.once()
                 if self._periodic is not None:
                     await self._periodic.once()
-            await producer.run(self.burst)
-            await self._shutdown()
+            await self._produce(producer)
         finally:
             for service in background[1:]:
                 service.cancel()
@@ -223,6 +222,27 @@ class Worker:
         self._stop_requested = True
         if self._producer is not None:
             self._producer.stopping.set()
+
+    async def _produce(self, producer: Producer) -> None:
+        """Claim until stopped (or, in burst mode, until nothing is left), then stop
+        the running jobs. A claim still waiting at the stop, for a locked or
+        unreachable database, has the grace period beside the running jobs, then is
+        cut off: finishes it carried are written with the others (or reported
+        unwritten), and the database does not make a write whose caller has gone."""
+        producing = asyncio.ensure_future(producer.run(self.burst))
+        stopped = asyncio.ensure_future(producer.stopping.wait())
+        try:
+            await asyncio.wait((producing, stopped), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            producing.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if producing.done():
+            producing.result()
+            await self._shutdown()
+            return
+        await asyncio.gather(self._shutdown(), _cut_off(producing, self.grace))
 
     async def _shutdown(self) -> None:
         # Prefetched jobs that never started go straight back.
@@ -568,6 +588,17 @@ class Worker:
         log.info("%s: stopping; running jobs have %.0f s to finish", sig.name, self.grace,
                  extra=logs.fields(signal=sig.name, grace=self.grace, worker=self.id))  # fmt: skip
         self.stop()
+
+
+async def _cut_off(claiming: asyncio.Future[None], within: float) -> None:
+    """Let the claim loop end by itself within ``within`` seconds, else cancel it."""
+    done, _ = await asyncio.wait((claiming,), timeout=within)
+    if not done:
+        log.warning("a claim still waits for the database %.0f s after the stop: "
+                    "giving it up", within)  # fmt: skip
+        claiming.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await claiming
 
 
 def _task_queues(app: App) -> list[str]:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ferryq
 from ferryq.errors import StoreError
+from ferryq.lanes import LaneRule
+from tests.conftest import FrozenClock
 
 
 async def test_a_write_waiting_for_the_lock_gives_up_when_the_store_closes(
@@ -33,4 +38,72 @@ async def test_a_write_waiting_for_the_lock_gives_up_when_the_store_closes(
     assert await app.list_jobs_async() == []
     handle = await app.enqueue_async("some.task")
     assert (await app.get_job_async(handle.id)).state == "ready"
+    await app.aclose()
+
+
+async def test_a_write_whose_caller_left_is_not_made_once_the_lock_frees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = ferryq.App(f"sqlite:///{tmp_path}/ferryq.db")
+    store = await app.store()
+    writing = threading.Event()
+    write = store._write  # type: ignore[attr-defined]
+
+    def noted_write(fn: Callable[[sqlite3.Connection], None]) -> None:
+        writing.set()
+        write(fn)
+
+    monkeypatch.setattr(store, "_write", noted_write)
+    other = sqlite3.connect(tmp_path / "ferryq.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        setting = asyncio.create_task(store.lane_rule_set("default", LaneRule("t:*", 2), 0.0))
+        assert await asyncio.to_thread(writing.wait, 30)  # it waits for the lock
+        setting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await setting
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await app.lane_limits_async() == []  # read after the write gave up
+    await app.aclose()
+
+
+async def test_a_worker_whose_claim_waits_for_the_lock_stops_within_its_bounds(
+    tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path}/ferryq.db"
+    app = ferryq.App(url, clock=clock)
+    handle = await app.enqueue_async("some.task", delay=10)
+    store = await app.store()
+    entered, in_flight = asyncio.Event(), [0]
+    claim = store.job_finish_and_claim
+
+    async def noted_claim(*args: Any) -> Any:
+        in_flight[0] += 1
+        entered.set()
+        try:
+            return await claim(*args)
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(store, "job_finish_and_claim", noted_claim)
+    worker = ferryq.Worker(app, grace=0.1, heartbeat_interval=60, handle_signals=False)
+    running = asyncio.create_task(worker.run())
+    await entered.wait()  # the worker runs
+    other = sqlite3.connect(tmp_path / "ferryq.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        clock.advance(20)  # the job is due: a claim from now on would take it
+        while not in_flight[0]:  # a claim waiting for the lock
+            entered.clear()
+            await entered.wait()
+        worker.stop()
+        await asyncio.wait_for(running, 30)  # the grace period, then 5 s for the goodbye
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    # The claim cut off at the stop was never made, though the lock is free now.
+    job = await app.get_job_async(handle.id)
+    assert (job.state, job.attempts) == ("scheduled", 0)
     await app.aclose()

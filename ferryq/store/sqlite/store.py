@@ -187,6 +187,7 @@ class SQLiteStore(base.Store):
         self._bell_tried = False
         self._open_lock = threading.Lock()
         self._closing = threading.Event()
+        self._caller: _Call | None = None  # the call the store's thread is running
         self._short = False  # keeping the WAL short: little space left
         self._space_checked = -math.inf
         self._reclaim = False  # a write found no space: empty the WAL before the next
@@ -363,17 +364,25 @@ class SQLiteStore(base.Store):
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
             raise StoreError("the store is closed")
+        call = _Call()
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._locked, fn, *args
+                self._executor, self._locked, call, fn, *args
             )
+        except asyncio.CancelledError:
+            call.gone = True  # a write still waiting for the lock gives up (_write)
+            raise
         except sqlite3.Error as exc:
             doing = {self._connect: "opening", self._read: "reading"}.get(fn, "writing")
             raise self._failure(exc, doing) from exc
 
-    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+    def _locked(self, call: _Call | None, fn: Callable[..., T], *args: Any) -> T:
         with self._conn_lock:
-            return fn(*args)
+            self._caller = call
+            try:
+                return fn(*args)
+            finally:
+                self._caller = None
 
     def _failure(self, error: sqlite3.Error, doing: str) -> StoreError:
         if _primary(error) in _NO_SPACE:
@@ -382,9 +391,13 @@ class SQLiteStore(base.Store):
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a write transaction, waiting out other writers however long,
-        unless the store closes meanwhile."""
+        unless the store closes meanwhile or the caller stops waiting (a task of the
+        event loop cancelled: a worker cutting off a claim as it stops). A write whose
+        caller has gone is not made, even once the lock is free: nobody would learn
+        what it claimed or wrote."""
         conn = self._require_conn()
         self._mind_space(conn)
+        caller = self._caller
         delay, began = 0.01, time.monotonic()
         warn_at = began + max(self._busy_timeout, LOCK_POLL)
         while True:
@@ -394,16 +407,20 @@ class SQLiteStore(base.Store):
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
-            if self._closing.is_set():
+            if self._closing.is_set() or (caller is not None and caller.gone):
+                why = "as the store closed" if self._closing.is_set() else "as its caller left"
                 raise StoreError(
                     f"gave up waiting for the write lock of SQLite database {self.path!r} "
-                    "(another process holds it) as the store closed"
+                    f"(another process holds it) {why}"
                 )
             time.sleep(delay)
             delay = min(delay * 2, LOCK_POLL)
             if (now := time.monotonic()) >= warn_at:
                 warn_at = now + max(self._busy_timeout, LOCK_POLL)
                 log.warning("SQLite write lock busy for %.0f s, still waiting", now - began)
+        if caller is not None and caller.gone:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"a write to SQLite database {self.path!r} whose caller left")
         try:
             result = fn(conn)
             conn.execute("COMMIT")
@@ -637,7 +654,7 @@ class SQLiteStore(base.Store):
         executor = self._executor
         if self._quick_commits % QUICK_CHECKPOINT == 0 and executor is not None:
             with contextlib.suppress(RuntimeError):
-                executor.submit(self._locked, self._checkpoint)
+                executor.submit(self._locked, None, self._checkpoint)
         return True
 
     def _checkpoint(self) -> None:
@@ -1164,6 +1181,15 @@ def _uri(file: Path, query: str) -> str:
 
 
 # -- statements run on the store's thread --------------------------------------
+
+
+class _Call:
+    """A call run on the store's thread; ``gone`` once its caller stopped waiting."""
+
+    __slots__ = ("gone",)
+
+    def __init__(self) -> None:
+        self.gone = False
 
 
 class _Session:
