@@ -14,6 +14,7 @@ import socket
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ferryq
@@ -114,6 +115,7 @@ class Worker:
         self._threads: ThreadPoolExecutor | None = None
         self._beat_now = asyncio.Event()
         self._stop_requested = False
+        self._parent: int | None = None  # the parent process when signals were installed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._store: Store | None = None
         self._producer: Producer | None = None
@@ -565,10 +567,17 @@ class Worker:
 
     # -- signals -----------------------------------------------------------------
 
+    # A supervisor's children get SIGTERM when it dies (its parent-death signal), and
+    # Linux sends that signal each time a child is handed on: to another thread of the
+    # dying supervisor (its log writer, say), then to init. A worker whose parent has
+    # died, or is dying, takes a SIGTERM during or after its stop for that repeat,
+    # never for an operator's second signal, and stops as gracefully.
+
     def _install_signals(self) -> None:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return
         assert self._loop is not None
+        self._parent = os.getppid()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
 
@@ -578,8 +587,28 @@ class Worker:
         assert self._loop is not None
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.remove_signal_handler(sig)
+        if self._parent_gone():  # a late repeat must not kill the process as it exits
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def _parent_gone(self) -> bool:
+        """The process this worker started under has died, or is dying: its first
+        thread has ended (a process killed outright loses its threads one by one)."""
+        if self._parent is None:
+            return False
+        if os.getppid() != self._parent:
+            return True
+        try:
+            stat = Path(f"/proc/{self._parent}/stat").read_text()
+        except OSError:  # no /proc: no parent-death signal either
+            return False
+        return stat.rpartition(")")[2].split()[0] == "Z"
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested and sig == signal.SIGTERM and self._parent_gone():
+            log.info("SIGTERM again after the parent process %d died: still stopping",
+                     self._parent, extra=logs.fields(signal=sig.name, worker=self.id,
+                                                     parent=self._parent))  # fmt: skip
+            return
         if self._stop_requested:
             log.warning("second %s: exiting at once", sig.name,
                         extra=logs.fields(signal=sig.name, worker=self.id))  # fmt: skip

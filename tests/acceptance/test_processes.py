@@ -223,6 +223,57 @@ def test_worker_processes_stop_when_their_supervisor_is_killed(supervisors: Supe
     app.close()
 
 
+def test_a_worker_hearing_its_parent_die_twice_still_stops_gracefully(
+    workers: Workers, tmp_path: Path
+) -> None:
+    # A supervisor with a second thread that dies makes Linux send each child its
+    # parent-death SIGTERM twice: as the child passes to the other thread, then to init.
+    app = ferryq.App(workers.url)
+    started, go = tmp_path / "started", tmp_path / "go"
+    os.mkfifo(started)
+    os.mkfifo(go)
+    _enqueue_hold(app, started, go)
+    log = tmp_path / "stderr"
+    env = {**os.environ, "FERRYQ_URL": workers.url, "PYTHONPATH": str(ROOT)}
+    with open(log, "w") as stderr:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "tests.acceptance.parent_of_two_threads", sys.executable,
+             "-m", "ferryq", "worker", TARGET],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+            text=True,
+        )  # fmt: skip
+    assert parent.stdin is not None and parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        assert int(read_fifo(started)) == child  # running a job: its handlers are in place
+        parent.stdin.write("1\n")  # the first parent-death signal
+        parent.stdin.flush()
+        wait_until(lambda: "SIGTERM: stopping" in log.read_text(), within=30,
+                   what="the worker stopping")  # fmt: skip
+        parent.stdin.write("2\n")  # the second, while the job still runs
+        parent.stdin.flush()
+        assert parent.wait(timeout=30) == 0
+        wait_until(lambda: "SIGTERM again after the parent process" in log.read_text()
+                   or "exiting at once" in log.read_text(), within=30,
+                   what="the worker hearing the second signal")  # fmt: skip
+        assert "exiting at once" not in log.read_text(), log.read_text()
+        with open(go, "w") as fifo:  # the job ends; the worker stops as it should
+            fifo.write("go\n")
+        wait_until(lambda: not Path(f"/proc/{child}").exists()
+                   or Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+                   == "Z", within=60, what="the worker stopping")  # fmt: skip
+        text = log.read_text()
+        assert "stopped after" in text and "0 unwritten" in text, text
+        assert app.stats().workers == []  # it said goodbye
+    finally:
+        for pid in (child, parent.pid):
+            _kill(pid)
+        parent.wait()
+        parent.stdin.close()
+        parent.stdout.close()
+        app.close()
+
+
 def test_a_worker_process_that_will_not_stop_is_killed_after_the_grace_and_a_margin(
     supervisors: Supervisors,
 ) -> None:
