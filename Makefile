@@ -5,10 +5,8 @@
 
 # pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
 # module stays on one worker (--dist loadscope), so a module's server starts once, and
-# modules go in the order collected, not most tests first. The acceptance tests (worker
-# processes killed, databases stopped) run after, one at a time: beside one another,
-# a worker stopping with its SQLite file locked and a killed supervisor's children
-# failed their checks.
+# modules go in the order collected (acceptance first: few tests, but the longest), not
+# most tests first, which left the longest to the end.
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
@@ -23,8 +21,7 @@ test:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q $(PYTEST_PARALLEL) --ignore=tests/acceptance
-	.venv/bin/python -m pytest -q tests/acceptance
+	.venv/bin/python -m pytest -q $(PYTEST_PARALLEL)
 
 check:
 	@scripts/venv.sh test

@@ -33,7 +33,10 @@ When every job is terminal the test proves, from the logs and the database:
    whose handlers then log their starts in either order; so a first attempt (attempt 1:
    a job whose first claim died with its worker before logging is left out) may log its
    start at most SKEW seconds before an earlier job's first start, never more. (Measured
-   on SQLite: about 130 such inversions per run, the largest 6 ms.)
+   on SQLite: about 130 such inversions per run, the largest 6 ms on a quiet machine;
+   290 ms with another acceptance test running beside and a core kept busy.) The
+   claim order itself is checked exactly, path by path, by
+   tests/conformance/test_lanes_model.py.
 
 All 30,000 jobs fit the time budget. On a 2-core machine one run took 85 s on SQLite
 (enqueue 5 s, drain 78 s) and 115 s on PostgreSQL (enqueue 9 s, drain 103 s), about
@@ -73,7 +76,7 @@ SLOTS = 8
 KILLS = 4
 FAIL_FIRST = 0.1
 MAX_SLEEP = 0.005
-SKEW = 0.25  # seconds: how far apart two claims in id order may log their starts
+SKEW = 1.0  # seconds: how far apart two claims in id order may log their starts
 DRAIN_TIMEOUT = 240.0
 TERMINAL = ("succeeded", "dead", "cancelled", "expired")
 
