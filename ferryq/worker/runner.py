@@ -623,7 +623,7 @@ async def _cut_off(claiming: asyncio.Future[None], within: float) -> None:
     """Let the claim loop end by itself within ``within`` seconds, else cancel it."""
     done, _ = await asyncio.wait((claiming,), timeout=within)
     if not done:
-        log.warning("a claim still waits for the database %.0f s after the stop: "
+        log.warning("a claim still waits for the database %g s after the stop: "
                     "giving it up", within)  # fmt: skip
         claiming.cancel()
     with contextlib.suppress(asyncio.CancelledError):

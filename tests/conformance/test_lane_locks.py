@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -21,7 +20,6 @@ from ferryq import lanes
 from ferryq.errors import InvalidTransition
 from ferryq.job import State
 from ferryq.lanes import LaneRule
-from ferryq.store import open_store
 from ferryq.store.base import JobFilter, Store
 from tests.conformance.jobs import NS, insert, succeed
 from tests.conftest import START as NOW
@@ -32,12 +30,8 @@ WAITING_FOR_IT = (
 )
 
 
-@pytest.fixture
-async def store(pg_url: str) -> AsyncIterator[Store]:
-    opened = open_store(pg_url)
-    await opened.open()
-    yield opened
-    await opened.close()
+#: The conftest's ``store``, on PostgreSQL only.
+pytestmark = pytest.mark.parametrize("backend_url", ["postgres"], indirect=True)
 
 
 async def test_a_finish_naming_no_lane_locks_the_lane_before_its_row(

@@ -13,31 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from ferryq.lanes import LaneRule
-from ferryq.store import open_store
 from ferryq.store.base import Store
 from ferryq.store.postgres import store as pg
 from tests.conformance.jobs import NS, insert, succeed
 from tests.conftest import START as NOW
 
 #: How long the earlier claim gives the later cycle's finish to run, and commit,
-#: beside it. Only
-#: the correct code waits it out; code that runs the hand-over at once is caught
-#: within milliseconds.
+#: beside it. Only the correct code waits it out; code that runs the hand-over at
+#: once is caught within milliseconds.
 BESIDE = 1.0
 
 
-@pytest.fixture
-async def store(pg_url: str) -> AsyncIterator[Store]:
-    opened = open_store(pg_url)
-    await opened.open()
-    yield opened
-    await opened.close()
+#: The conftest's ``store``, on PostgreSQL only.
+pytestmark = pytest.mark.parametrize("backend_url", ["postgres"], indirect=True)
 
 
 async def test_a_hand_over_waits_for_the_claim_asked_for_before_it(
