@@ -76,7 +76,7 @@ async def test_a_worker_whose_claim_waits_for_the_lock_stops_within_its_bounds(
     app = ferryq.App(url, clock=clock)
     handle = await app.enqueue_async("some.task", delay=10)
     store = await app.store()
-    entered, in_flight = asyncio.Event(), [0]
+    entered, left, in_flight = asyncio.Event(), asyncio.Event(), [0]
     claim = store.job_finish_and_claim
 
     async def noted_claim(*args: Any) -> Any:
@@ -86,18 +86,22 @@ async def test_a_worker_whose_claim_waits_for_the_lock_stops_within_its_bounds(
             return await claim(*args)
         finally:
             in_flight[0] -= 1
+            left.set()
 
     monkeypatch.setattr(store, "job_finish_and_claim", noted_claim)
     worker = ferryq.Worker(app, grace=0.1, heartbeat_interval=60, handle_signals=False)
     running = asyncio.create_task(worker.run())
     await entered.wait()  # the worker runs
+    while in_flight[0]:  # no claim under way as the lock is taken
+        left.clear()
+        await left.wait()
+    # Nothing is awaited from here to the lock: no claim can start meanwhile.
     other = sqlite3.connect(tmp_path / "ferryq.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        clock.advance(20)  # the job is due: a claim from now on would take it
-        while not in_flight[0]:  # a claim waiting for the lock
-            entered.clear()
-            await entered.wait()
+        clock.advance(20)  # the job is due: the next claim would take it
+        entered.clear()
+        await entered.wait()  # that claim, waiting for the lock
         worker.stop()
         await asyncio.wait_for(running, 30)  # the grace period, then 5 s for the goodbye
     finally:
