@@ -86,6 +86,14 @@ def _workers(url: str, tmp_path: Path) -> Iterator[Workers]:
     group.close()
 
 
+def fifos(folder: Path, *names: str) -> list[Path]:
+    """New FIFOs named ``names`` in ``folder``: a job and the test signal through them."""
+    made = [folder / name for name in names]
+    for path in made:
+        os.mkfifo(path)
+    return made
+
+
 def read_fifo(path: Path, timeout: float = 30.0) -> str:
     """Block until a writer sends a line through the FIFO (or fail after ``timeout``)."""
     result: list[str] = []

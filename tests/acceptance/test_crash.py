@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import ferryq
 from ferryq.worker.runner import EXIT_STUCK
-from tests.acceptance.conftest import Workers, read_fifo
+from tests.acceptance.conftest import Workers, fifos, read_fifo
 from tests.acceptance.tasks import hold, two_stages
 from tests.pg import PgCluster, drop_database
 from tests.server.harness import wait_until
@@ -26,8 +26,7 @@ def test_a_job_whose_worker_is_killed_runs_again_elsewhere(
     workers: Workers, tmp_path: Path
 ) -> None:
     app = ferryq.App(workers.url)
-    started = tmp_path / "started"
-    os.mkfifo(started)
+    (started,) = fifos(tmp_path, "started")
     handle = _enqueue_hold(app, str(started), None)
     victim = workers.start()
     pid = int(read_fifo(started))
@@ -69,9 +68,7 @@ def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
     workers: Workers, tmp_path: Path
 ) -> None:
     app = ferryq.App(workers.url)
-    started, go = tmp_path / "started", tmp_path / "go"
-    os.mkfifo(started)
-    os.mkfifo(go)
+    started, go = fifos(tmp_path, "started", "go")
     handle = _enqueue_hold(app, str(started), str(go))
     frozen = workers.start()
     assert int(read_fifo(started)) == frozen.pid
@@ -93,8 +90,7 @@ def test_a_worker_killed_in_stage_two_reruns_stage_two_only(
     any_workers: Workers, tmp_path: Path
 ) -> None:
     app = ferryq.App(any_workers.url)
-    started = tmp_path / "started"
-    os.mkfifo(started)
+    (started,) = fifos(tmp_path, "started")
     # This App has no tasks registered: the task's options go with the enqueue.
     handle = app.enqueue(two_stages.name, [str(started)], ttr=1, max_tries=3,
                          retry=ferryq.backoff.fixed(0))  # fmt: skip
@@ -144,9 +140,7 @@ def _worker_holding_a_job(
 ) -> tuple[subprocess.Popen[str], int, Path]:
     """A ``ferryq worker`` (grace 1 s) running a job that ends when ``go`` is written."""
     app = ferryq.App(workers.url)
-    started, go = tmp_path / "started", tmp_path / "go"
-    os.mkfifo(started)
-    os.mkfifo(go)
+    started, go = fifos(tmp_path, "started", "go")
     handle = _enqueue_hold(app, str(started), str(go))
     app.close()
     worker = workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
@@ -174,8 +168,7 @@ def _check_it_gave_the_outcome_up(
 def test_a_second_signal_exits_at_once(workers: Workers, tmp_path: Path) -> None:
     # The first SIGTERM waits for the running job (grace 30 s); the second does not.
     app = ferryq.App(workers.url)
-    started = tmp_path / "started"
-    os.mkfifo(started)
+    (started,) = fifos(tmp_path, "started")
     _enqueue_hold(app, str(started), None)  # never ends by itself
     worker = workers.start()
     assert int(read_fifo(started)) == worker.pid

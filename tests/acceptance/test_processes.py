@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ferryq
-from tests.acceptance.conftest import ROOT, Workers, read_fifo
+from tests.acceptance.conftest import ROOT, Workers, fifos, read_fifo
 from tests.acceptance.tasks import hold, record
 from tests.server.harness import wait_until
 
@@ -110,8 +110,7 @@ def test_a_killed_worker_process_is_replaced_and_no_job_is_lost(
 ) -> None:
     url = any_supervisors.workers.url
     app = ferryq.App(url, namespace="procs")
-    started = tmp_path / "started"
-    os.mkfifo(started)
+    (started,) = fifos(tmp_path, "started")
     held = _enqueue_hold(app, started, None)  # its first attempt never ends
     # A short lease: jobs the killed process had claimed run again within seconds.
     handles = app.enqueue_many(record.name, [(n,) for n in range(40)], ttr=2)
@@ -151,19 +150,16 @@ def test_sigterm_lets_every_worker_process_finish_its_job_then_exits_0(
     supervisors: Supervisors, tmp_path: Path
 ) -> None:
     app = ferryq.App(supervisors.workers.url)
-    fifos = [(tmp_path / f"started-{n}", tmp_path / f"go-{n}") for n in range(2)]
-    for started, go in fifos:
-        os.mkfifo(started)
-        os.mkfifo(go)
-    handles = [_enqueue_hold(app, started, go) for started, go in fifos]
+    pairs = [fifos(tmp_path, f"started-{n}", f"go-{n}") for n in range(2)]
+    handles = [_enqueue_hold(app, started, go) for started, go in pairs]
     # One job a process: no slot or prefetch for a second one.
     supervisor = supervisors.start("--processes", "2", "--concurrency", "1", "--prefetch", "0")
-    pids = {int(read_fifo(started)) for started, _ in fifos}
+    pids = {int(read_fifo(started)) for started, _ in pairs}
     assert pids == children(supervisor.pid)
     supervisor.send_signal(signal.SIGTERM)
     wait_until(lambda: supervisors.log(supervisor).count("SIGTERM: stopping;") == 2, within=30,
                what="both worker processes stopping")  # fmt: skip
-    for _, go in fifos:
+    for _, go in pairs:
         go.write_text("go\n")
     assert supervisor.wait(timeout=60) == 0, supervisors.log(supervisor)
     assert {h.result(timeout=5) for h in handles} == {f"attempt 1 by {pid}" for pid in pids}
@@ -183,8 +179,7 @@ def test_a_second_signal_makes_every_worker_process_exit_at_once(
     supervisors: Supervisors, tmp_path: Path
 ) -> None:
     app = ferryq.App(supervisors.workers.url)
-    started = tmp_path / "started"
-    os.mkfifo(started)
+    (started,) = fifos(tmp_path, "started")
     _enqueue_hold(app, started, None)  # never ends by itself: the grace (30 s) would wait
     supervisor = supervisors.start("--processes", "2")
     read_fifo(started)
@@ -229,9 +224,7 @@ def test_a_worker_hearing_its_parent_die_twice_still_stops_gracefully(
     # A supervisor with a second thread that dies makes Linux send each child its
     # parent-death SIGTERM twice: as the child passes to the other thread, then to init.
     app = ferryq.App(workers.url)
-    started, go = tmp_path / "started", tmp_path / "go"
-    os.mkfifo(started)
-    os.mkfifo(go)
+    started, go = fifos(tmp_path, "started", "go")
     _enqueue_hold(app, started, go)
     log = tmp_path / "stderr"
     env = {**os.environ, "FERRYQ_URL": workers.url, "PYTHONPATH": str(ROOT)}
