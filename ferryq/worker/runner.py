@@ -494,12 +494,15 @@ class Worker:
             if (attempt := holding.get(job_id)) is not None:
                 attempt.lease_until = now + attempt.job.ttr
                 attempt.start_written = attempt.start_written or job_id in started
+        # What the renewal found is about the attempts it asked for (``holding``): by
+        # the time it answers, a finished one may have been claimed again, here, by a
+        # new attempt with a new fence, which is neither lost nor told of a cancel yet.
         for job_id in leases.lost:  # recovered or claimed again elsewhere: stop wasting work
-            if (attempt := self.active.get(job_id)) is not None and attempt.running:
+            if (attempt := holding.get(job_id)) is not None and attempt.running:
                 attempt.interrupt(Stop.LEASE)
         for job_id in leases.cancel_requested:
-            attempt = self.active.get(job_id)
-            if attempt is None:
+            attempt = holding.get(job_id)
+            if attempt is None or self.active.get(job_id) is not attempt:
                 continue
             if attempt.runner is None:
                 if self._drop_queued(attempt):

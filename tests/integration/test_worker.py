@@ -572,6 +572,62 @@ async def test_a_lost_lease_stops_the_attempt(app: ferryq.App, clock: FrozenCloc
     assert (await app.get_job_async(handle.id)).error == {"message": "recovered"}
 
 
+async def test_a_renewal_answered_after_the_job_was_claimed_again_stops_nothing(
+    app: ferryq.App, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal asks about the first attempt, whose outcome is still unwritten; its
+    answer comes once that outcome is written and the job claimed again here, with a
+    new fence. The first attempt's lease is gone, but the second attempt is not it."""
+    first_started, second_started = asyncio.Event(), asyncio.Event()
+    first_go_on, second_go_on = asyncio.Event(), asyncio.Event()
+
+    @app.task(max_tries=2, retry=ferryq.backoff.fixed(0))
+    async def again(ctx: ferryq.Context) -> str:
+        if ctx.attempt == 1:
+            first_started.set()
+            await first_go_on.wait()
+            raise RuntimeError("the first try fails")
+        second_started.set()
+        await second_go_on.wait()
+        return "done"
+
+    handle = await again.enqueue_async()
+    worker = ferryq.Worker(app, heartbeat_interval=60, handle_signals=False)
+    runner = asyncio.create_task(worker.run())
+    await first_started.wait()
+    store = await app.store()
+    write_waits, write_on, read_waits, read_on = (asyncio.Event() for _ in range(4))
+    finish_and_claim, leases = store.job_finish_and_claim, store.job_leases
+
+    async def finish_later(finishes: list[Finish], *args: Any) -> Any:
+        if finishes:
+            write_waits.set()
+            await write_on.wait()
+        return await finish_and_claim(finishes, *args)
+
+    async def read_later(*args: Any) -> Any:
+        read_waits.set()
+        await read_on.wait()
+        return await leases(*args)
+
+    monkeypatch.setattr(store, "job_finish_and_claim", finish_later)
+    first_go_on.set()
+    await write_waits.wait()  # the first attempt ended; its outcome is not written
+    monkeypatch.setattr(store, "job_leases", read_later)
+    beat = asyncio.create_task(worker._beat())  # asks about the first attempt's lease
+    await read_waits.wait()
+    write_on.set()
+    await second_started.wait()  # written, claimed again and started
+    read_on.set()
+    await beat  # answers: the fence asked about is not the job's any more
+    second_go_on.set()
+    assert await handle.result_async(timeout=10) == "done"
+    worker.stop()
+    await runner
+    job = await app.get_job_async(handle.id)
+    assert (job.state, job.attempts) == ("succeeded", 2)
+
+
 async def test_heartbeat_extends_the_lease(app: ferryq.App, clock: FrozenClock) -> None:
     beat, go_on = asyncio.Event(), asyncio.Event()
 
