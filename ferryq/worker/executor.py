@@ -62,6 +62,7 @@ class Attempt:
     thread: _Thread | None = field(default=None, repr=False)  # a sync handler's, running
     successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
     start_written: bool = False  # its started_at, past the claim's, is in the database
+    begun: bool = False  # its runner has taken its first step: a cancel of it lands
     handler_done: bool = False  # the handler has ended: nothing left to interrupt
 
     def interrupt(self, reason: Stop) -> None:
@@ -69,11 +70,13 @@ class Attempt:
         raised in its thread, which takes effect at its next Python instruction (a
         call blocked in C returns first). Either sees ``ctx.cancelled`` become true
         (SPEC §9). The runner of a sync attempt is never cancelled: it ends when the
-        thread does, so a slot is free only once the handler has really stopped."""
+        thread does, so a slot is free only once the handler has really stopped. An
+        attempt stopped before its handler began never runs it (``_call``): its runner
+        is not cancelled before its first step, which would end it without a word."""
         if self.stop is None or self.stop is Stop.CANCEL:
             self.stop = reason
         self.ctx._cancel()
-        if self.runner is None or self.handler_done:
+        if self.runner is None or self.handler_done or not self.begun:
             return
         if self.task is not None and not self.task.is_async:
             if self.thread is not None:
@@ -102,6 +105,8 @@ class _Thread:
     def call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         try:
             with self._lock:
+                if self._sent:  # interrupted while it waited for a thread of the pool
+                    raise Interrupted
                 self._ident = threading.get_ident()
             return fn(*args, **kwargs)
         finally:
@@ -120,8 +125,10 @@ class _Thread:
 
     def interrupt(self) -> None:
         with self._lock:
-            if self._ident is not None and not self._sent:
-                self._sent = True
+            if self._sent:
+                return
+            self._sent = True  # before the handler began: it never will (``call``)
+            if self._ident is not None:
                 _set_async_exc(self._ident, Interrupted)
 
 
@@ -146,6 +153,7 @@ async def run(
 ) -> tuple[Finish, Outcome]:
     """Run the handler between the attempt hooks; every outcome, even a crash of the
     handler, becomes a Finish (to write) and an Outcome (to tell)."""
+    attempt.begun = True
     finish, exc, value = await _ended(attempt, threads, clock, worker, hooks)
     attempt.handler_done = True
     started = attempt.started_at
@@ -224,6 +232,8 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
         args = [decoded]
     if task.context_param is not None:
         args, kwargs = task.with_context(args, kwargs, attempt.ctx)
+    if attempt.stop is not None:  # stopped before its handler began: it never runs
+        raise Interrupted
     if task.is_async:
         return await task.fn(*args, **kwargs)
     thread = attempt.thread = _Thread()

@@ -15,6 +15,7 @@ import ferryq
 from ferryq import backoff
 from ferryq.store.base import Finish
 from ferryq.testing import drain_async
+from ferryq.worker.executor import Attempt, Interrupted, Stop, _Thread
 from tests.conftest import FrozenClock
 
 
@@ -158,6 +159,50 @@ async def test_cancel_interrupts_a_running_sync_handler_that_never_looks(
     worker.stop()
     await runner
     assert not worker.active
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_an_attempt_stopped_before_its_handler_began_ends_without_running_it(
+    app: ferryq.App, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel seen by a renewal answering in the same step as the claim's start:
+    the attempt's runner has not taken its first step yet."""
+    ran: list[int] = []
+    if kind == "async":
+
+        @app.task(name="job")
+        async def job_async() -> None:
+            ran.append(1)
+
+    else:
+
+        @app.task(name="job")
+        def job_sync() -> None:
+            ran.append(1)
+
+    handle = await app.enqueue_async("job")
+    worker = ferryq.Worker(app, burst=True, handle_signals=False)
+    launch = worker._launch
+
+    def launch_then_cancel(attempt: Attempt) -> None:
+        launch(attempt)
+        attempt.interrupt(Stop.CANCEL)
+
+    monkeypatch.setattr(worker, "_launch", launch_then_cancel)
+    async with asyncio.timeout(20):  # before, the attempt stayed "running" for ever
+        await worker.run()
+    assert ran == [] and not worker.active and worker._running == 0
+    with pytest.raises(ferryq.JobCancelled):
+        await handle.result_async(timeout=0)
+
+
+def test_a_sync_handler_interrupted_while_it_waits_for_a_thread_never_runs() -> None:
+    ran: list[int] = []
+    thread = _Thread()
+    thread.interrupt()
+    with pytest.raises(Interrupted):
+        thread.call(ran.append, [1], {})
+    assert ran == []
 
 
 def test_a_time_limit_must_be_positive(app: ferryq.App) -> None:
