@@ -20,11 +20,12 @@ from ferryq.errors import (
     SerializationError,
     StoreError,
 )
+from ferryq.group import Group, group
 from ferryq.handle import JobHandle
 from ferryq.hooks import Enqueue, Outcome
 from ferryq.insights import Explanation
 from ferryq.job import Job, State
-from ferryq.outcome import Fail, Next, Retry, TimedOut
+from ferryq.outcome import DependencyFailed, Fail, Next, Retry, TimedOut
 from ferryq.task import Task
 
 if TYPE_CHECKING:
@@ -37,11 +38,13 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "DatabaseReadOnly",
+    "DependencyFailed",
     "DiskFull",
     "Enqueue",
     "Explanation",
     "Fail",
     "FerryqError",
+    "Group",
     "InvalidTransition",
     "Job",
     "JobCancelled",
@@ -61,6 +64,7 @@ __all__ = [
     "TimedOut",
     "Worker",
     "backoff",
+    "group",
 ]
 
 

@@ -460,6 +460,8 @@ class App:
             context="null" if options.context is None else _json.dumps(options.context, "context"),
             meta=_json.dumps_document(options.meta, "meta") if options.meta else "{}",
             timeout=options.timeout,
+            after=options.after or (),
+            after_failed=options.after_failed or "fail",
         )
         self._check_size("context", job.context)
         self._check_size("meta", job.meta)

@@ -23,6 +23,8 @@ HTTP_TASK = "lmstfy"
 HTTP_HOLDER_PREFIX = "http:"
 #: The error type of an attempt stopped at its time limit (``ferryq.TimedOut``).
 TIMED_OUT = "TimedOut"
+#: The most jobs an explanation names (of a fan-in's dependencies still running).
+MAX_LISTED = 20
 #: The stores on which this process takes part in maintenance (a server does), so that
 #: expired leases are recovered whether or not a worker runs (see ``maintained_here``).
 _MAINTAINED: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -156,6 +158,8 @@ async def explain(store: Store, job_id: int, now: float) -> Explanation:
                     expires_at=job.expires_at)  # fmt: skip
     if job.state == State.WAITING and job.lane is not None:
         return await _explain_waiting(store, job)
+    if job.held_by_dependencies:
+        return await _explain_held(store, job)
     if job.run_at > now:
         return _explain_not_due(job)
     return await _explain_ready(store, job, now)
@@ -183,6 +187,17 @@ async def _explain_waiting(store: Store, job: Job) -> Explanation:
     return _say(job, "lane_limit",
                 f"lane {lane!r} is at its limit of {view.rule.limit} (held by: {listed}); "
                 f"position {position} in the lane", **data)  # fmt: skip
+
+
+async def _explain_held(store: Store, job: Job) -> Explanation:
+    after = (await store.job_dependencies(job.id)).after
+    running = [d.id for d in after if d.ended is None]
+    shown = ", ".join(str(i) for i in running[:MAX_LISTED])
+    more = f" and {len(running) - MAX_LISTED} more" if len(running) > MAX_LISTED else ""
+    return _say(job, "dependencies",
+                f"waiting for {len(running)} of its {len(after)} dependencies to end: "
+                f"job(s) {shown}{more}", waiting_for=running[:MAX_LISTED],
+                waiting=len(running), dependencies=len(after))  # fmt: skip
 
 
 def _explain_terminal(job: Job) -> Explanation:

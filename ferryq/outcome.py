@@ -24,6 +24,11 @@ class Fail(Exception):
     """Fail permanently: the job goes to the dead letters without further tries."""
 
 
+class DependencyFailed(Fail):
+    """A dependency of the job (``after``) ended without success, and the job fails
+    with it (``after_failed="fail"``, the default): its handler never runs."""
+
+
 @dataclass(frozen=True, slots=True)
 class Next:
     """Finish this stage and queue the job again at ``stage`` with ``context`` saved."""

@@ -10,6 +10,7 @@ from typing import Any
 from ferryq import backoff as backoff_mod
 from ferryq._json import LONE_SURROGATE as _LONE_SURROGATE
 from ferryq.backoff import Backoff
+from ferryq.job import MAX_JOB_ID
 from ferryq.lanes import MAX_LANE_LENGTH
 
 YEAR = 365 * 24 * 3600.0
@@ -20,6 +21,13 @@ MAX_RUN_AT = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC
 MAX_TRIES_LIMIT = 65535
 MAX_TEXT = 255
 NAME_RE = re.compile(r"^[-_A-Za-z0-9.:]{1,255}$")
+#: The most dependencies one job may have (a fan-in of that many members).
+MAX_AFTER = 100_000
+#: What a job does when a dependency ends without success: fail at once, or run anyway.
+AFTER_FAILED = ("fail", "run")
+#: The meta key of a fan-in callback (ferryq.group): its worker passes the results of
+#: its dependencies, in order, as its first argument.
+AFTER_RESULTS = "ferryq.after_results"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +50,10 @@ class JobOptions:
     stage: str | None = None
     context: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Jobs (ids) that must end before this one is ready, and what to do when one of
+    #: them does not succeed: "fail" (the default) or "run".
+    after: tuple[int, ...] | None = None
+    after_failed: str | None = None
     # Whether validate() passed once: options are frozen, so the checks that do not
     # depend on the time need not run again at every enqueue of a task's options.
     _valid: bool = field(default=False, init=False, repr=False, compare=False)
@@ -53,7 +65,7 @@ class JobOptions:
             if name not in values:
                 raise TypeError(f"unknown job option {name!r}")
             if value is not None:
-                values[name] = value
+                values[name] = dependency_ids(value) if name == "after" else value
         options = JobOptions(**values)
         options.validate()
         return options
@@ -98,11 +110,31 @@ class JobOptions:
             raise ValueError("delay and run_at cannot both be given")
         if self.unique_for is not None and self.unique_key is None:
             raise ValueError("unique_for needs a unique_key")
+        if self.after is not None and (
+            not isinstance(self.after, tuple)
+            or len(self.after) > MAX_AFTER
+            or not all(_is_job_id(i) for i in self.after)
+        ):
+            raise ValueError(f"after must list at most {MAX_AFTER} jobs, by handle or id")
+        if self.after_failed is not None and self.after_failed not in AFTER_FAILED:
+            raise ValueError(f"after_failed must be 'fail' or 'run' (got {self.after_failed!r})")
         if expires_before_due(self.ttl, self.delay):
             raise ValueError(
                 "ttl must be at least delay: the job would expire before it is due "
                 f"(got ttl {self.ttl:g}, delay {self.delay:g})"
             )
+
+
+def dependency_ids(after: object) -> tuple[int, ...]:
+    """The ids of ``after``'s jobs (handles or ids), each once, in the order given."""
+    if isinstance(after, str | bytes) or not hasattr(after, "__iter__"):
+        raise ValueError("after must be a list of job handles or ids")
+    ids = (getattr(item, "id", item) for item in after)
+    return tuple(dict.fromkeys(ids))
+
+
+def _is_job_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_JOB_ID
 
 
 def expires_before_due(ttl: float | None, wait: float | None) -> bool:

@@ -45,6 +45,25 @@ class NewJob:
     context: str = "null"
     meta: str = "{}"
     timeout: float | None = None
+    after: tuple[int, ...] = ()  # jobs that must end first (flows.insert_after)
+    after_failed: str = "fail"  # or "run": when one of them does not succeed
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One edge of the dependency graph, seen from one of its jobs: the other job, and
+    the state the depended-on job ended in (None while it has not ended)."""
+
+    id: int
+    ended: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """The jobs a job waits for, in the order given, and the jobs that wait for it."""
+
+    after: list[Dependency]
+    dependents: list[Dependency]
 
 
 @dataclass(slots=True)
@@ -78,6 +97,9 @@ class Claimed:
     lane: str | None
     timeout: float | None = None  # the attempt's time limit, apart from the lease
     meta: str = "{}"  # JSON: metadata set at enqueue, the trace context among it
+    #: JSON [id, state] of a dependency that ended without success and so fails this
+    #: job: its worker ends it dead without running the handler.
+    dep_failed: str | None = None
 
 
 FinishKind = Literal["succeeded", "dead", "cancelled", "retry", "next", "returned"]
@@ -330,6 +352,13 @@ class Store(Protocol):
 
     # jobs: reads and operator actions
     async def job_get(self, job_id: int) -> Job | None: ...
+
+    async def job_dependencies(self, job_id: int) -> Dependencies:
+        """The job's dependencies and dependents (``after``), for explain and views."""
+
+    async def job_dependency_results(self, job_id: int) -> list[str | None]:
+        """The results (JSON text) of the job's dependencies, in its order: None for
+        one that did not succeed."""
 
     async def job_list(self, where: JobFilter) -> list[Job]: ...
 

@@ -1,5 +1,5 @@
-"""Flows written once for every backend: cancel, dedup on insert, the lane listing,
-the counts merge, migrate.
+"""Flows written once for every backend: cancel, dedup on insert, dependencies on
+insert, the lane listing, the counts merge, migrate.
 
 A flow is an async function over a ``Session``: one transaction (or read snapshot)
 of one backend, which runs that backend's statement of a given name (its
@@ -15,13 +15,15 @@ its own, tuned to its driver.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ferryq import lanes
 from ferryq.errors import InvalidTransition, JobNotFound
-from ferryq.job import Job, State
+from ferryq.job import HELD, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import Inserted, LaneInfo, NewJob
 from ferryq.store.sql import job_from_row, split_script
@@ -34,10 +36,12 @@ Counts = dict[tuple[str, str, str], int]
 #: (tests/unit/test_store_queries.py checks it). Some take nothing on SQLite, whose
 #: write transaction holds the database's one write lock: their body is empty.
 STATEMENTS = (
-    "job_counts", "job_delete", "job_find_unique_hot", "job_find_unique_recent",
-    "job_get_history", "job_get_hot", "job_lock", "job_lock_unique", "job_move_terminal",
-    "job_request_cancel", "lane_halts", "lane_list", "lane_of_job", "migration_lock",
-    "migration_record", "migration_table", "migration_versions", "schema_version",
+    "job_counts", "job_delete", "job_dependencies_add", "job_dependencies_ended",
+    "job_dependencies_hot", "job_find_unique_hot", "job_find_unique_recent",
+    "job_get_history", "job_get_hot", "job_hold", "job_lock", "job_lock_unique",
+    "job_move_terminal", "job_request_cancel", "lane_halts", "lane_list", "lane_of_job",
+    "migration_lock", "migration_record", "migration_table", "migration_versions",
+    "schema_version",
 )  # fmt: skip
 
 
@@ -151,6 +155,52 @@ async def insert_unique(
         return [Inserted(int(existing), False)] * len(args)
     first = await insert(args[:1])
     return [Inserted(first, True)] + [Inserted(first, False)] * (len(args) - 1)
+
+
+async def insert_after(
+    session: Session,
+    job: NewJob,
+    args: Sequence[str],
+    insert: Callable[[NewJob, Sequence[str]], Awaitable[list[Inserted]]],
+) -> list[Inserted]:
+    """Jobs that wait for others (``job.after``), which must exist in the job's
+    namespace. A job with a dependency not ended yet is held: its run_at is HELD until
+    the history trigger (migration 0011) sees the last one end. A dependency that has
+    ended already counts at once: a success is done with; any other end fails the job
+    (unless ``after_failed`` is "run"), which is then not held but left to its worker
+    to end dead. ``insert`` is the backend's insert (unique keys and lanes included);
+    a job it did not create (a duplicate) keeps its own dependencies."""
+    ids = {"ids": json.dumps(list(job.after))}
+    # PostgreSQL locks the rows of those still running, so that none ends unseen
+    # between this read and the commit; a job that ended meanwhile is in history.
+    # Rows are read by position: a psycopg connection gives tuples.
+    found = {r[0]: (r[1], State(r[2])) for r in await session.rows("job_dependencies_hot", ids)}
+    for job_id, namespace, state in await session.rows("job_dependencies_ended", ids):
+        found.setdefault(job_id, (namespace, State(state)))
+    for job_id in job.after:
+        if job_id not in found or found[job_id][0] != job.namespace:
+            raise ValueError(f"after: no job {job_id} in namespace {job.namespace!r}")
+    ended = {i: found[i][1] for i in job.after if found[i][1].terminal}
+    left = len(job.after) - len(ended)
+    failed = next((i for i, state in ended.items() if state != State.SUCCEEDED), None)
+    fails = failed is not None and job.after_failed == "fail"
+    if left and not fails:
+        state = State.WAITING if job.lane is not None else State.SCHEDULED
+        job = dataclasses.replace(job, run_at=HELD, state=state)
+    inserted = await insert(job, args)
+    created = json.dumps([row.id for row in inserted if row.created])
+    if created == "[]":
+        return inserted
+    hold = {
+        "ids": created, "deps_left": left,
+        "after_failed": "run" if job.after_failed == "run" else None,
+        "dep_failed": None if failed is None or not fails
+        else json.dumps([failed, ended[failed].value]),
+    }  # fmt: skip
+    await session.execute("job_hold", hold)
+    after = json.dumps([[i, ended[i].value if i in ended else None] for i in job.after])
+    await session.execute("job_dependencies_add", {"ids": created, "after": after})
+    return inserted
 
 
 async def lane_list(session: Session, namespace: str, limit: int) -> list[LaneInfo]:

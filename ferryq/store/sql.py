@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.store.base import Finish, JobFilter, Leases, WorkerInfo
+from ferryq.store.base import Dependencies, Dependency, Finish, JobFilter, Leases, WorkerInfo
 
 JOB_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
@@ -30,7 +30,7 @@ JOB_COLUMNS = (
 CLAIM_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "attempts", "max_tries", "fence", "ttr",
     "retry", "priority", "run_at", "order_time", "lease_until", "stage", "context",
-    "created_at", "expires_at", "lane", "timeout", "meta",
+    "created_at", "expires_at", "lane", "timeout", "meta", "dep_failed",
 )  # fmt: skip
 
 # In the order of the fields of base.Token, so a row is Token(*row).
@@ -130,6 +130,15 @@ def list_query(where: JobFilter) -> tuple[str, dict[str, Any]]:
         f"ORDER BY id DESC LIMIT :limit) AS done ORDER BY id DESC LIMIT :limit"
     )
     return sql, params
+
+
+def dependencies_from_rows(rows: Iterable[Sequence[Any]]) -> Dependencies:
+    """Dependencies from ``job_dependencies`` rows: (side, other job's id, ended)."""
+    after: list[Dependency] = []
+    dependents: list[Dependency] = []
+    for side, other, ended in rows:
+        (after if side == "after" else dependents).append(Dependency(int(other), ended))
+    return Dependencies(after, dependents)
 
 
 def held_leases(

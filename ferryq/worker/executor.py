@@ -9,7 +9,7 @@ import enum
 import json
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,8 @@ from ferryq import _json, policy
 from ferryq.context import Context
 from ferryq.errors import SerializationError
 from ferryq.hooks import Hooks, Outcome
-from ferryq.outcome import Fail, Next, Retry, TimedOut
+from ferryq.outcome import DependencyFailed, Fail, Next, Retry, TimedOut
+from ferryq.policy import AFTER_RESULTS
 from ferryq.store.base import Claimed, Finish
 from ferryq.task import Task
 
@@ -63,6 +64,10 @@ class Attempt:
     successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
     start_written: bool = False  # its started_at, past the claim's, is in the database
     begun: bool = False  # its runner has taken its first step: a cancel of it lands
+    #: Reads the results of a job's dependencies, for a fan-in callback (ferryq.group).
+    results_of: Callable[[int], Awaitable[list[str | None]]] | None = field(
+        default=None, repr=False
+    )
     handler_done: bool = False  # the handler has ended: nothing left to interrupt
 
     def interrupt(self, reason: Stop) -> None:
@@ -219,9 +224,15 @@ def _failed(attempt: Attempt, exc: BaseException, now: float, worker: str) -> Fi
 
 async def _call(attempt: Attempt, threads: Executor | None) -> Any:
     task, job = attempt.task, attempt.job
+    if job.dep_failed is not None:
+        after_id, state = json.loads(job.dep_failed)
+        raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does not "
+                               "run (after_failed='fail')")  # fmt: skip
     if task is None:
         raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
     decoded = [] if job.args == "[]" else json.loads(job.args)
+    if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
+        decoded = await _with_results(attempt, decoded)
     args: Sequence[Any] = []
     kwargs: dict[str, Any] = {}
     if isinstance(decoded, dict):
@@ -245,6 +256,15 @@ async def _call(attempt: Attempt, threads: Executor | None) -> Any:
         )
     finally:
         attempt.thread = None
+
+
+async def _with_results(attempt: Attempt, decoded: Any) -> Any:
+    """A fan-in callback's arguments: its first one (stored as null) is the list of
+    the results of its dependencies, in order; None for one that did not succeed."""
+    if attempt.results_of is None or not isinstance(decoded, list) or not decoded:
+        return decoded
+    results = await attempt.results_of(attempt.job.id)
+    return [[None if r is None else json.loads(r) for r in results], *decoded[1:]]
 
 
 def _interrupted(

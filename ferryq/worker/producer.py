@@ -167,7 +167,10 @@ class Producer:
             request_heartbeat=self.request_heartbeat, lane=job.lane, max_tries=job.max_tries,
             timeout=job.timeout, meta=job.meta,
         )  # fmt: skip
-        return Attempt(job, task, job.lease_until, ctx)
+        return Attempt(job, task, job.lease_until, ctx, results_of=self._dependency_results)
+
+    async def _dependency_results(self, job_id: int) -> list[str | None]:
+        return await self.store.job_dependency_results(job_id)
 
     async def _wait(self, within: float, *, watch_db: bool) -> None:
         """Until a slot frees, stop, ``within`` seconds, or (``watch_db``) a write."""

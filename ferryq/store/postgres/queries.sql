@@ -154,6 +154,43 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_finish_columns} FROM moved j
 RETURNING id, namespace, lane, state;
 
+-- name: job_dependencies_hot
+-- The dependencies named by an enqueue that have not ended, locked: none ends unseen
+-- before the enqueue commits (one that ends meanwhile is found by the next statement).
+SELECT id, namespace, state FROM ferryq_jobs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint)
+ORDER BY id FOR SHARE;
+
+-- name: job_dependencies_ended
+SELECT id, namespace, state FROM ferryq_history
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint);
+
+-- name: job_hold
+UPDATE ferryq_jobs
+SET deps_left = :deps_left::integer, after_failed = :after_failed::text,
+    dep_failed = :dep_failed::text
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint);
+
+-- name: job_dependencies_add
+-- :after is [[id, its terminal state or null], ...] in the order given.
+INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
+SELECT j::bigint, d.pos - 1, (d.v ->> 0)::bigint, d.v ->> 1
+FROM jsonb_array_elements_text(:ids::text::jsonb) AS j,
+     jsonb_array_elements(:after::text::jsonb) WITH ORDINALITY AS d(v, pos);
+
+-- name: job_dependencies
+-- A job's dependencies in its order, and the jobs that depend on it.
+SELECT 'after' AS side, after_id AS id, ended FROM ferryq_deps WHERE job_id = :id
+UNION ALL
+SELECT 'dependent', job_id, ended FROM ferryq_deps WHERE after_id = :id
+ORDER BY 1, 2;
+
+-- name: job_dependency_results
+-- The results of a job's dependencies, in its order (null for one not succeeded).
+SELECT d.after_id, h.state, h.result FROM ferryq_deps d
+LEFT JOIN ferryq_history h ON h.id = d.after_id
+WHERE d.job_id = :id ORDER BY d.pos;
+
 -- name: job_cancel_if_requested
 -- An attempt that ends without success on a job whose cancellation was requested
 -- ends the job: it is not retried, queued for its next stage, or handed back.

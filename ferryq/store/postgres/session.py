@@ -15,7 +15,7 @@ class RunSession:
     """Statements through ``run``, over any driver: an asyncpg connection, or a
     psycopg one (an enqueue in the application's own transaction). Rows come as the
     driver gives them: by column name on asyncpg, as tuples on psycopg, where only
-    ``flows.insert_unique`` runs and it reads values alone."""
+    ``flows.insert_unique`` and ``flows.insert_after`` run, and they read by position."""
 
     def __init__(self, run: lanes.Run) -> None:
         self.run = run

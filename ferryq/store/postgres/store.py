@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -30,6 +31,7 @@ from ferryq.lanes import LaneRule, LaneView, Taker
 from ferryq.store import base, coalesce, flows, safe_url
 from ferryq.store.base import (
     Claimed,
+    Dependencies,
     Finish,
     FinishReport,
     Inserted,
@@ -46,6 +48,7 @@ from ferryq.store.postgres.queries import MIGRATIONS, Q, Statement, positional
 from ferryq.store.postgres.session import ConnSession, RunSession
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
+    dependencies_from_rows,
     held_leases,
     job_from_row,
     list_query,
@@ -357,7 +360,7 @@ class PostgresStore(base.Store):
     # -- hot path ----------------------------------------------------------------
 
     async def job_insert_many(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        if job.unique_key is not None or job.lane is not None:
+        if job.unique_key is not None or job.lane is not None or job.after:
             return await self._insert_locking(job, args)
         # Calls made at the same time share commits (see ferryq.store.coalesce). Up to
         # IN_FLIGHT commits of calls run at once (and the commits whose leader's caller
@@ -675,6 +678,19 @@ class PostgresStore(base.Store):
     async def job_get(self, job_id: int) -> Job | None:
         # One snapshot, so a job moving to history meanwhile is seen once.
         return await self._session(lambda conn: _get(conn, job_id), isolation="repeatable_read")
+
+    async def job_dependencies(self, job_id: int) -> Dependencies:
+        async def edges(conn: Conn) -> list[Any]:
+            return await _run(conn, Q["job_dependencies"], id=job_id)
+
+        return dependencies_from_rows(await self._session(edges, isolation="repeatable_read"))
+
+    async def job_dependency_results(self, job_id: int) -> list[str | None]:
+        async def results(conn: Conn) -> list[str | None]:
+            rows = await _run(conn, Q["job_dependency_results"], id=job_id)
+            return [result if state == "succeeded" else None for _, state, result in rows]
+
+        return await self._session(results, isolation="repeatable_read")
 
     async def job_list(self, where: JobFilter) -> list[Job]:
         sql, params = list_query(where)
@@ -1074,9 +1090,16 @@ async def insert_with(
     args: Sequence[str],
 ) -> list[Inserted]:
     """The insert, over any driver: ``run`` executes one statement and returns rows.
-    A job with a unique key goes through ``flows.insert_unique``."""
+    A job with a unique key goes through ``flows.insert_unique``, one with
+    dependencies through ``flows.insert_after``."""
     if not args:
         return []
+    if job.after:
+
+        async def insert_held(held: NewJob, rest: Sequence[str]) -> list[Inserted]:
+            return await insert_with(run, dataclasses.replace(held, after=()), rest)
+
+        return await flows.insert_after(RunSession(run), job, args, insert_held)
     if job.unique_key is not None:
 
         async def insert(first: Sequence[str]) -> int:

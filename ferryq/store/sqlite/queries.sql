@@ -42,6 +42,38 @@ SELECT id FROM ferryq_history
 WHERE namespace = :namespace AND unique_key = :unique_key AND created_at >= :since
 ORDER BY created_at DESC LIMIT 1;
 
+-- name: job_dependencies_hot
+-- The dependencies named by an enqueue that have not ended (the write lock keeps them so).
+SELECT id, namespace, state FROM ferryq_jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: job_dependencies_ended
+SELECT id, namespace, state FROM ferryq_history
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: job_hold
+UPDATE ferryq_jobs
+SET deps_left = :deps_left, after_failed = :after_failed, dep_failed = :dep_failed
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: job_dependencies_add
+-- :after is [[id, its terminal state or null], ...] in the order given.
+INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
+SELECT j.value, d.key, d.value ->> 0, d.value ->> 1
+FROM json_each(:ids) AS j, json_each(:after) AS d;
+
+-- name: job_dependencies
+-- A job's dependencies in its order, and the jobs that depend on it.
+SELECT 'after' AS side, after_id AS id, ended FROM ferryq_deps WHERE job_id = :id
+UNION ALL
+SELECT 'dependent', job_id, ended FROM ferryq_deps WHERE after_id = :id
+ORDER BY 1, 2;
+
+-- name: job_dependency_results
+-- The results of a job's dependencies, in its order (null for one not succeeded).
+SELECT d.after_id, h.state, h.result FROM ferryq_deps d
+LEFT JOIN ferryq_history h ON h.id = d.after_id
+WHERE d.job_id = :id ORDER BY d.pos;
+
 -- name: job_claim_ids
 -- Walks ferryq_jobs_ready in order; the expiry check only skips rows that the
 -- maintenance leader has not expired yet.

@@ -48,6 +48,7 @@ from ferryq.lanes import Candidate, Held, LaneRule, LaneView
 from ferryq.store import base, coalesce, flows
 from ferryq.store.base import (
     Claimed,
+    Dependencies,
     Finish,
     FinishReport,
     Inserted,
@@ -61,6 +62,7 @@ from ferryq.store.coalesce import PendingInsert
 from ferryq.store.flows import drive
 from ferryq.store.sql import (
     TOKEN_COLUMNS,
+    dependencies_from_rows,
     held_leases,
     job_from_row,
     list_query,
@@ -507,7 +509,10 @@ class SQLiteStore(base.Store):
         if self._executor is None:
             raise StoreError("the store is closed")
         pending = PendingInsert(job, args)
-        quick = len(args) <= QUICK_JOBS and job.lane is None and job.unique_key is None
+        quick = (
+            len(args) <= QUICK_JOBS and job.lane is None and job.unique_key is None
+            and not job.after
+        )  # fmt: skip
         if quick and not self._leading and self._quick_insert(pending):
             return pending.outcome()
         loop = asyncio.get_running_loop()
@@ -796,6 +801,19 @@ class SQLiteStore(base.Store):
 
     async def job_get(self, job_id: int) -> Job | None:
         return await self._call(self._read, lambda conn: _get(conn, job_id))
+
+    async def job_dependencies(self, job_id: int) -> Dependencies:
+        def edges(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            return conn.execute(Q["job_dependencies"], {"id": job_id}).fetchall()
+
+        return dependencies_from_rows(await self._call(self._read, edges))
+
+    async def job_dependency_results(self, job_id: int) -> list[str | None]:
+        def results(conn: sqlite3.Connection) -> list[str | None]:
+            rows = conn.execute(Q["job_dependency_results"], {"id": job_id})
+            return [result if state == "succeeded" else None for _, state, result in rows]
+
+        return await self._call(self._read, results)
 
     async def job_list(self, where: JobFilter) -> list[Job]:
         return await self._call(self._read, lambda conn: _list(conn, where))
@@ -1235,6 +1253,16 @@ def _schema_version(conn: sqlite3.Connection) -> int:
 
 
 def _insert_many(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    if job.after:
+
+        async def insert(held: NewJob, rest: Sequence[str]) -> list[Inserted]:
+            return _insert_jobs(conn, held, rest)
+
+        return drive(flows.insert_after(_Session(conn), job, args, insert))
+    return _insert_jobs(conn, job, args)
+
+
+def _insert_jobs(conn: sqlite3.Connection, job: NewJob, args: Sequence[str]) -> list[Inserted]:
     if job.unique_key is not None:
 
         async def insert(first: Sequence[str]) -> int:
