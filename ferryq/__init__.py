@@ -19,6 +19,7 @@ from ferryq.errors import (
     ResultTimeout,
     SerializationError,
     StoreError,
+    UnknownDependency,
 )
 from ferryq.group import Group, group
 from ferryq.handle import JobHandle
@@ -62,6 +63,7 @@ __all__ = [
     "StoreError",
     "Task",
     "TimedOut",
+    "UnknownDependency",
     "Worker",
     "backoff",
     "group",

@@ -175,6 +175,8 @@ def jobs_table(jobs: Iterable[Job], now: float) -> Table:
 
 def job_note(job: Job, now: float) -> Text:
     """The one thing worth knowing about a job in a list."""
+    if job.held_by_dependencies:
+        return Text("after its dependencies")
     if job.state in (State.DEAD, State.SCHEDULED) and job.error:
         message = error_line(job.error, job.timeout)
         if job.state == State.SCHEDULED and timed_out(job.error):

@@ -35,7 +35,7 @@ from ferryq.ops import JobFilter, LaneInfo, Operations, Signals
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
-from ferryq.store.base import NewJob
+from ferryq.store.base import Dependencies, NewJob
 from ferryq.task import ExceptionTypes, Failures, Task
 
 if TYPE_CHECKING:
@@ -556,6 +556,14 @@ class App:
 
     def explain(self, job_id: int) -> Explanation:
         return self.portal_call(self.explain_async(job_id))
+
+    async def dependencies_async(self, job_id: int) -> Dependencies:
+        """The jobs this one waits for (``after``, with how each ended) and those that
+        wait for it."""
+        return await (await self.operations()).dependencies(_job_id(job_id))
+
+    def dependencies(self, job_id: int) -> Dependencies:
+        return self.portal_call(self.dependencies_async(job_id))
 
     # -- lanes -------------------------------------------------------------------
 

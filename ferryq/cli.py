@@ -254,7 +254,7 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
 # -- enqueue -------------------------------------------------------------------
 
 _OPTION_NAMES = ("queue", "lane", "delay", "priority", "ttl", "ttr", "timeout", "max_tries",
-                 "retry", "unique_key", "unique_for")  # fmt: skip
+                 "retry", "unique_key", "unique_for", "after_failed", "after")  # fmt: skip
 _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
 
 
@@ -274,6 +274,10 @@ _OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
               help="Backoff: N>0 exponential capped at N s, N<0 fixed |N| s.")  # fmt: skip
 @click.option("--unique-key", help="Deduplicate: return the unfinished job with this key.")
 @click.option("--unique-for", type=FiniteFloat(), help="Deduplication window in seconds.")
+@click.option("--after", type=JOB_ID, metavar="ID", multiple=True,
+              help="A job that must end first (repeat for more).")  # fmt: skip
+@click.option("--after-failed", type=click.Choice(["fail", "run"]),
+              help="When one of those ends without success [default: fail].")  # fmt: skip
 @click.option("--app", "target", metavar="MODULE:APP",
               help="Start from the defaults of TASK as registered in this App.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -296,6 +300,7 @@ def enqueue(
     try:
         if retry is not None:
             options["retry"] = backoff.from_signed(retry)
+        options["after"] = options["after"] or None
         handle = app.enqueue(task, args, **options)
     except ValueError as exc:
         raise CliError(option_names(str(exc))) from None
@@ -394,6 +399,29 @@ def jobs_explain(ctx: click.Context, job_id: int, as_json: bool) -> None:
         emit_json(explanation.to_dict())
     else:
         show(_render.explanation_text(explanation))
+
+
+@jobs.command("deps")
+@click.argument("job_id", metavar="ID", type=JOB_ID)
+@json_option
+@click.pass_context
+def jobs_deps(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """The jobs a job waits for (--after), and those that wait for it."""
+    found = get_app(ctx, read_only=True).dependencies(job_id)
+    if as_json:
+        emit_json({
+            "after": [{"id": d.id, "ended": d.ended} for d in found.after],
+            "dependents": [{"id": d.id, "ended": d.ended} for d in found.dependents],
+        })  # fmt: skip
+        return
+    for title, edges, pending in (("waits for", found.after, "not ended"),
+                                  ("waited for by", found.dependents, "waiting")):  # fmt: skip
+        if not edges:
+            out.print(f"job {job_id} {title} no job", style="dim")
+            continue
+        out.print(f"job {job_id} {title} {len(edges)} job(s):")
+        for edge in edges:
+            out.print(f"  {edge.id}  {edge.ended or pending}")
 
 
 @jobs.command("cancel")

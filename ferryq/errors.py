@@ -6,6 +6,7 @@
     ├── ConfigurationError      a URL, option or setting that cannot work
     ├── SerializationError      args, results or context that are not JSON
     ├── JobNotFound             no hot or historical job has that id
+    ├── UnknownDependency       after= names no job of the namespace (a ValueError too)
     ├── InvalidTransition       the job's state does not allow the operation
     ├── StoreError              the database failed, or cannot be used as it is
     │   ├── DiskFull            the disk under the database is full
@@ -37,6 +38,14 @@ class ConfigurationError(FerryqError):
 
 class SerializationError(FerryqError):
     """A value that ferryq must store is not JSON-serialisable."""
+
+
+class UnknownDependency(FerryqError, ValueError):
+    """An enqueue's ``after`` names a job that does not exist in its namespace."""
+
+    def __init__(self, job_id: int, namespace: str) -> None:
+        super().__init__(f"after: no job {job_id} in namespace {namespace!r}")
+        self.job_id = job_id
 
 
 class JobNotFound(FerryqError, LookupError):

@@ -248,10 +248,12 @@ class Dashboard:
         job_id = job.id
         try:
             explained = (await self.engine.ops.explain(job_id)).message
+            graph = await self.engine.ops.dependencies(job_id)
         except JobNotFound:
-            explained = f"job {job_id} is gone"
+            explained, graph = f"job {job_id} is gone", None
         return self.render(request, viewer, "job.html", title=f"Job {job_id}", active="jobs",
                            fragment="fragments/job.html", job=job, explained=explained,
+                           graph=graph,
                            events=views.timeline(job), back=f"{self.base}/jobs/{job_id}",
                            actions=_actions_for(job))  # fmt: skip
 

@@ -100,7 +100,9 @@ def _enqueue_detail(job: Job) -> str:
         parts.append(f"lane {job.lane}")
     if job.priority:
         parts.append(f"priority {job.priority:g} s")
-    if job.run_at > job.created_at + 0.5 and job.attempts == 0:
+    if job.held_by_dependencies:
+        parts.append("due once its dependencies end")
+    elif job.run_at > job.created_at + 0.5 and job.attempts == 0:
         parts.append(f"due {insights.when(job.run_at)}")
     return ", ".join(parts)
 

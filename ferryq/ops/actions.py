@@ -36,7 +36,7 @@ from ferryq.job import Job, State
 from ferryq.lanes import LaneRule
 from ferryq.ops import views
 from ferryq.store import open_store
-from ferryq.store.base import Finish, JobFilter, LaneInfo, Store, Token, WorkerInfo
+from ferryq.store.base import Dependencies, Finish, JobFilter, LaneInfo, Store, Token, WorkerInfo
 
 #: A result wait reads the job again at least this often: a job ended in a way that
 #: sent no notification (cancelled or expired before it ran, on PostgreSQL, by another
@@ -161,6 +161,11 @@ class Operations:
         if namespace is not None:
             await self.get(job_id, namespace)
         return await insights.explain(self.store, job_id, self.clock())
+
+    async def dependencies(self, job_id: int, namespace: str | None = None) -> Dependencies:
+        """The jobs the job waits for (``after``), and those that wait for it."""
+        await self.get(job_id, namespace)
+        return await self.store.job_dependencies(job_id)
 
     async def cancel(self, job_id: int, namespace: str | None = None) -> Job:
         """Cancel the job (a running one is asked to stop): as it is now.

@@ -22,11 +22,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ferryq import _json, backoff, insights, tracecontext
-from ferryq.errors import InvalidTransition, JobFailed, JobNotFound, SerializationError
+from ferryq.errors import (
+    InvalidTransition,
+    JobFailed,
+    JobNotFound,
+    SerializationError,
+    UnknownDependency,
+)
 from ferryq.handle import JobHandle
 from ferryq.job import Job, State
 from ferryq.ops import RESPAWNABLE, JobFilter, Operations, Token, WorkerInfo
-from ferryq.policy import JobOptions
+from ferryq.policy import JobOptions, dependency_ids
 from ferryq.server import http
 from ferryq.server.engine import Engine
 from ferryq.server.http import NO_CONTENT
@@ -37,6 +43,7 @@ from ferryq.server.native_models import (
     ArgsTextQuery,
     BatchIn,
     BatchOut,
+    DependenciesOut,
     EnqueuedOut,
     EnqueueIn,
     ExplanationOut,
@@ -101,6 +108,9 @@ class NativeApi:
             ("GET", "/jobs/{job_id}/explain", self.explain, dict(
                 response_model=ExplanationOut, responses=refusals(404, 422),
                 summary="Why a job is (not) running")),
+            ("GET", "/jobs/{job_id}/dependencies", self.dependencies, dict(
+                response_model=DependenciesOut, responses=refusals(404, 422),
+                summary="The jobs a job waits for, and those that wait for it")),
             ("GET", "/jobs/{job_id}/result", self.result, dict(
                 response_model=ResultOut,
                 responses={202: answer(ResultOut, "Not finished within the timeout; ask again."),
@@ -167,7 +177,7 @@ class NativeApi:
             raise ApiError(429, "the publish rate limit of this token is reached; retry later")
         try:
             handles = await self.engine.app.enqueue_raw(task, encoded, options)
-        except SerializationError as exc:
+        except (SerializationError, UnknownDependency) as exc:
             self.engine.limiter.refund(token, "write", len(encoded))
             raise ApiError(400, str(exc)) from None
         except BaseException:
@@ -187,6 +197,16 @@ class NativeApi:
         except JobNotFound:
             raise _not_found(job_id) from None
         return http.json(200, explanation.to_dict())
+
+    async def dependencies(self, job_id: JobIdPath, token: Caller) -> Response:
+        try:
+            found = await self.ops.dependencies(job_id, token.namespace)
+        except JobNotFound:
+            raise _not_found(job_id) from None
+        return http.json(200, {
+            "after": [{"id": d.id, "ended": d.ended} for d in found.after],
+            "dependents": [{"id": d.id, "ended": d.ended} for d in found.dependents],
+        })  # fmt: skip
 
     async def result(
         self,
@@ -313,6 +333,8 @@ def _job_options(namespace: str, body: JobOptionsIn, now: float) -> JobOptions:
     """JobOptions from the body, checked as the Python API checks them (400 if not)."""
     values = body.model_dump(include=set(JobOptionsIn.model_fields), exclude={"retry"})
     try:
+        if values["after"] is not None:
+            values["after"] = dependency_ids(values["after"])
         retry = None if body.retry is None else backoff.from_signed(body.retry)
         options = JobOptions(namespace=namespace, retry=retry, **values)
         options.validate(now)

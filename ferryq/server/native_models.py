@@ -24,7 +24,15 @@ from pydantic import (
 
 from ferryq import lanes
 from ferryq.job import State
-from ferryq.policy import MAX_RUN_AT, MAX_SECONDS, MAX_TEXT, MAX_TRIES_LIMIT, NAME_RE, YEAR
+from ferryq.policy import (
+    MAX_AFTER,
+    MAX_RUN_AT,
+    MAX_SECONDS,
+    MAX_TEXT,
+    MAX_TRIES_LIMIT,
+    NAME_RE,
+    YEAR,
+)
 
 #: Job ids stay below 2**53 in practice; bounding them there lets every JSON client,
 #: JavaScript's included, hold an id exactly.
@@ -100,6 +108,15 @@ class JobOptionsIn(_Strict):
     unique_for: PositiveSeconds | None = None
     stage: Text | None = None
     context: Any = None
+    after: list[JobId] | None = Field(
+        None, max_length=MAX_AFTER,
+        description="Jobs (ids, of this namespace) that must end before this one is ready; "
+        "until then it is scheduled. An unknown id is refused (400).",
+    )  # fmt: skip
+    after_failed: Literal["fail", "run"] | None = Field(
+        None, description='When one of those ends without success: "fail" (the default) '
+        'ends this job dead without running it, "run" runs it anyway.',
+    )  # fmt: skip
 
 
 class EnqueueIn(JobOptionsIn):
@@ -218,13 +235,25 @@ class JobPageOut(BaseModel):
     next: int | None = Field(description="Pass as `after` for the next page; null at the end.")
 
 
+class DependencyOut(BaseModel):
+    id: int
+    ended: State | None = Field(description="How that job ended; null while it runs.")
+
+
+class DependenciesOut(BaseModel):
+    after: list[DependencyOut] = Field(description="The jobs this one waits for, in order.")
+    dependents: list[DependencyOut] = Field(
+        description="The jobs that wait for this one (ended: how this one ended)."
+    )
+
+
 class ExplanationOut(BaseModel):
     job_id: int
     state: State
     reason: str = Field(
         description="done, cancelled, expired, dead, expiring, lane_halted, lane_waiting, "
-        "lane_order, lane_limit, cancelling, lease_expired, running, backoff, scheduled, "
-        "no_worker or ready"
+        "lane_order, lane_limit, dependencies, cancelling, lease_expired, running, backoff, "
+        "scheduled, no_worker or ready"
     )
     message: str
     data: dict[str, Any]

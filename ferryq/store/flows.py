@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator
 from typing import Any, Protocol, TypeVar
 
 from ferryq import lanes
-from ferryq.errors import InvalidTransition, JobNotFound
+from ferryq.errors import InvalidTransition, JobNotFound, UnknownDependency
 from ferryq.job import HELD, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.store.base import Inserted, LaneInfo, NewJob
@@ -179,7 +179,7 @@ async def insert_after(
         found.setdefault(job_id, (namespace, State(state)))
     for job_id in job.after:
         if job_id not in found or found[job_id][0] != job.namespace:
-            raise ValueError(f"after: no job {job_id} in namespace {job.namespace!r}")
+            raise UnknownDependency(job_id, job.namespace)
     ended = {i: found[i][1] for i in job.after if found[i][1].terminal}
     left = len(job.after) - len(ended)
     failed = next((i for i, state in ended.items() if state != State.SUCCEEDED), None)

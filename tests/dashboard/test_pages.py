@@ -226,6 +226,25 @@ def test_job_page_shows_the_time_limit_and_live_progress_with_its_note_as_text(
     assert admin.evaluate("window.__injected") is None
 
 
+def test_job_page_shows_what_a_job_waits_for_and_what_waits_for_it(admin: Page, dash: Dash) -> None:
+    app = ferryq.App(dash.story.url, namespace=fresh_namespace())
+    try:
+        members = app.enqueue_many("resize", [["a.png"], ["b.png"]], delay=3600)
+        callback = app.enqueue("resize", ["album"], after=members)
+    finally:
+        app.close()
+    admin.goto(dash.url(f"/ui/jobs/{callback.id}"))
+    expect(admin.locator("h1 .state")).to_have_text("scheduled")
+    expect(admin.locator("#explain")).to_contain_text("waiting for 2 of its 2 dependencies")
+    expect(admin.locator("#after li")).to_have_text([f"#{m.id} not ended" for m in members])
+    expect(admin.locator("#dependents")).to_have_count(0)
+    expect(admin.get_by_text("once its dependencies end")).to_be_visible()
+    dash.shot(admin, "job-dependencies")
+    admin.locator("#after a").first.click()
+    expect(admin).to_have_url(dash.url(f"/ui/jobs/{members[0].id}"))
+    expect(admin.locator("#dependents li")).to_have_text([f"#{callback.id} waiting"])
+
+
 def test_workers_page_shows_live_workers_and_their_jobs(admin: Page, dash: Dash) -> None:
     worker = BlockingWorker(dash.story.url)
     worker.start()

@@ -176,6 +176,24 @@ def test_enqueue_with_a_unique_key_says_it_deduplicated(ferryq: Run) -> None:
     assert len(as_json(ferryq("jobs", "ls", "--json"))) == 1
 
 
+def test_enqueue_after_other_jobs_and_show_the_graph(ferryq_each: Run) -> None:
+    first, second = enqueue(ferryq_each, "send", "[1]"), enqueue(ferryq_each, "send", "[2]")
+    last = enqueue(ferryq_each, "send", "[3]", "--after", str(first), "--after", str(second),
+                   "--after-failed", "run")  # fmt: skip
+    assert job(ferryq_each, last)["state"] == "scheduled"
+    explained = as_json(ferryq_each("jobs", "explain", str(last), "--json"))
+    assert explained["reason"] == "dependencies"
+    assert as_json(ferryq_each("jobs", "deps", str(last), "--json")) == {
+        "after": [{"id": first, "ended": None}, {"id": second, "ended": None}],
+        "dependents": [],
+    }
+    text = ok(ferryq_each("jobs", "deps", str(first))).stdout
+    assert "waits for no job" in text and f"waited for by 1 job(s):\n  {last}  waiting" in text
+    refused = ferryq_each("enqueue", "send", "[4]", "--after", "999999")
+    assert refused.returncode != 0 and "--after: no job 999999" in refused.stderr
+    assert len(as_json(ferryq_each("jobs", "ls", "--json"))) == 3
+
+
 def test_enqueue_with_app_uses_the_task_defaults(ferryq: Run) -> None:
     job_id = enqueue(ferryq, "always_fails", '["x"]', "--app", TASKS)
     stored = job(ferryq, job_id)

@@ -372,6 +372,39 @@ def test_explain_says_why_a_job_is_not_running(v1: V1) -> None:
     assert v1.explain(held)["data"]["halted_by"] == dies
 
 
+def test_a_job_after_others_waits_for_them_and_shows_its_graph(v1: V1, other: V1) -> None:
+    first, second = v1.enqueue("noop"), v1.enqueue("boom", max_tries=1)
+    callback = v1.enqueue("noop", after=[first, second], after_failed="run")
+    failing = v1.enqueue("noop", after=[second])
+    job = v1.job(callback)
+    assert job["state"] == "scheduled"
+    found = v1.explain(callback)
+    assert found["reason"] == "dependencies" and found["data"]["waiting_for"] == [first, second]
+    answer = v1.http.get(f"/jobs/{callback}/dependencies")
+    assert answer.json() == {
+        "after": [{"id": first, "ended": None}, {"id": second, "ended": None}],
+        "dependents": [],
+    }
+    assert v1.run(boom=boom, noop=noop) == 4
+    assert v1.job(callback)["state"] == "succeeded" and v1.job(failing)["state"] == "dead"
+    answer = v1.http.get(f"/jobs/{second}/dependencies")
+    assert answer.json()["dependents"] == [
+        {"id": callback, "ended": "dead"}, {"id": failing, "ended": "dead"}
+    ]  # fmt: skip
+    before = v1.ids()
+    message = refused(v1.http.post("/jobs", json={"task": "noop", "after": [first + 10**6]}), 400)
+    assert f"no job {first + 10**6}" in message
+    assert f"no job {first}" in refused(
+        other.http.post("/jobs", json={"task": "noop", "after": [first]}), 400
+    )
+    for bad in ([0], ["x"], [True], 5):
+        refused(v1.http.post("/jobs", json={"task": "noop", "after": bad}), 422)
+    refused(v1.http.post("/jobs", json={"task": "noop", "after": [first], "after_failed": "x"}),
+            422)  # fmt: skip
+    refused(other.http.get(f"/jobs/{first}/dependencies"), 404)
+    assert v1.ids() == before
+
+
 def test_result_waits_for_a_worker(v1: V1) -> None:
     job_id = v1.enqueue("add", [2, 3])
     pending = v1.http.get(f"/jobs/{job_id}/result", params={"timeout": 0})
@@ -599,7 +632,7 @@ def test_openapi_documents_every_route_and_answer(server: ServerProcess) -> None
         schema = client.get("/openapi.json").json()
     routes = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
     assert {path for _, path in routes} >= {"/v1/jobs", "/v1/jobs/{job_id}/result", "/v1/stats"}
-    assert len([r for r in routes if r[1].startswith("/v1/")]) == 16
+    assert len([r for r in routes if r[1].startswith("/v1/")]) == 17
     for path, ops in schema["paths"].items():
         if not path.startswith("/v1/"):
             continue

@@ -109,6 +109,8 @@ QUICK_CHECKPOINT = 128
 #: The most jobs a call commits on the event loop's thread: a larger call (or one
 #: whose lane must be settled) would hold up the loop, and goes to the store's thread.
 QUICK_JOBS = 16
+#: The most dependencies a call may name and still commit on the event loop's thread.
+QUICK_AFTER = 64
 #: The WAL file is cut back to this size when SQLite starts it over after a burst (a
 #: large enqueue_many, checkpoints held off by readers), instead of keeping its peak.
 WAL_SIZE_LIMIT = 16 << 20
@@ -511,7 +513,7 @@ class SQLiteStore(base.Store):
         pending = PendingInsert(job, args)
         quick = (
             len(args) <= QUICK_JOBS and job.lane is None and job.unique_key is None
-            and not job.after
+            and len(job.after) <= QUICK_AFTER
         )  # fmt: skip
         if quick and not self._leading and self._quick_insert(pending):
             return pending.outcome()
