@@ -192,6 +192,8 @@ async def _explain_waiting(store: Store, job: Job) -> Explanation:
 async def _explain_held(store: Store, job: Job) -> Explanation:
     after = (await store.job_dependencies(job.id)).after
     running = [d.id for d in after if d.ended is None]
+    if not running:  # released as this was read
+        return _explain_not_due(job)
     shown = ", ".join(str(i) for i in running[:MAX_LISTED])
     more = f" and {len(running) - MAX_LISTED} more" if len(running) > MAX_LISTED else ""
     return _say(job, "dependencies",

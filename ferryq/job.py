@@ -13,8 +13,9 @@ from typing import Any
 #: The largest job id: both backends store ids as signed 64-bit integers.
 MAX_JOB_ID = (1 << 63) - 1
 #: The run_at of a job waiting for its dependencies (``after``): past any due time a job
-#: can have (policy.MAX_RUN_AT), so nothing promotes it. When its last dependency ends,
-#: the job gets its own due time back (``order_time + priority``).
+#: can be given (policy.MAX_RUN_AT), so nothing promotes it, and no other job has it.
+#: When its last dependency ends, the job gets its own due time back
+#: (``order_time + priority``).
 HELD = 1e15
 
 
@@ -169,7 +170,7 @@ class Job:
     @property
     def held_by_dependencies(self) -> bool:
         """Whether the job waits for dependencies that have not ended yet."""
-        return not self.terminal and self.run_at >= HELD
+        return not self.terminal and self.run_at == HELD
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view, as the CLI and the HTTP API show it."""

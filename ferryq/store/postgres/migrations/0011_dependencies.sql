@@ -48,7 +48,7 @@ BEGIN
         SELECT j.id, p.k, p.at,
             CASE WHEN j.after_failed IS NULL THEN coalesce(j.dep_failed, p.failed)
                  ELSE j.dep_failed END AS failed,
-            j.run_at >= 1e15 AND (j.deps_left = p.k OR (j.after_failed IS NULL
+            j.run_at = 1e15 AND (j.deps_left = p.k OR (j.after_failed IS NULL
                 AND coalesce(j.dep_failed, p.failed) IS NOT NULL)) AS release
         FROM ferryq_jobs j JOIN per_job p ON p.job_id = j.id
         ORDER BY j.id

@@ -42,5 +42,5 @@ BEGIN
             WHEN state = 'scheduled' AND order_time + priority <= NEW.finished_at
             THEN 'ready' ELSE state END
     WHERE id IN (SELECT job_id FROM ferryq_deps WHERE after_id = NEW.id)
-      AND run_at >= 1e15 AND (deps_left = 0 OR dep_failed IS NOT NULL);
+      AND run_at = 1e15 AND (deps_left = 0 OR dep_failed IS NOT NULL);
 END;

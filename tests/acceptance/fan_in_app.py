@@ -1,0 +1,64 @@
+"""The fan-in chaos test's tasks and worker process (tests/acceptance/test_fan_in_chaos.py).
+
+python -m tests.acceptance.fan_in_app [--concurrency N]
+
+The App reads FERRYQ_URL. ``member`` sleeps 20 to 80 ms and returns its square; the
+``album`` callback writes one line per attempt, when it starts, to
+``$FERRYQ_TEST_LOG_DIR/<pid>.log`` (one ``os.write`` on an ``O_APPEND`` descriptor):
+
+    C <job_id> <attempt> <fence> <number of results> <sum of results> <time.time()>
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import time
+
+import ferryq
+
+app = ferryq.App(os.environ.get("FERRYQ_URL"))
+TTR = 1.5  # seconds: a killed attempt is recovered about this long after its worker died
+MAX_TRIES = 20  # kills never use up a member's tries
+
+
+@app.task(ttr=TTR, max_tries=MAX_TRIES, retry=ferryq.backoff.fixed(0.05))
+async def member(n: int) -> int:
+    await asyncio.sleep(random.uniform(0.02, 0.08))
+    return n * n
+
+
+@app.task(ttr=TTR, max_tries=MAX_TRIES)
+def album(ctx: ferryq.Context, results: list[int | None]) -> int:
+    total = sum(r for r in results if r is not None)
+    line = f"C {ctx.job_id} {ctx.attempt} {ctx.fence} {len(results)} {total} {time.time():.6f}\n"
+    path = os.path.join(os.environ["FERRYQ_TEST_LOG_DIR"], f"{os.getpid()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return total
+
+
+def main() -> None:
+    # Run as __main__, this module's tasks would be registered under "__main__"; the
+    # worker must serve the names the test enqueues, those of the imported module.
+    from tests.acceptance import fan_in_app
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=8)
+    options = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    worker = ferryq.Worker(
+        fan_in_app.app, concurrency=options.concurrency, leader_ttl=1.0,
+        maintenance_interval=0.1, heartbeat_interval=0.1,
+    )  # fmt: skip
+    asyncio.run(worker.run())
+
+
+if __name__ == "__main__":
+    main()
