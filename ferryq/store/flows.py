@@ -198,7 +198,7 @@ async def insert_after(
         else json.dumps([failed, ended[failed].value]),
     }  # fmt: skip
     await session.execute("job_hold", hold)
-    after = json.dumps([[i, ended[i].value if i in ended else None] for i in job.after])
+    after = json.dumps(list(job.after))
     await session.execute("job_dependencies_add", {"ids": created, "after": after})
     return inserted
 

@@ -172,11 +172,13 @@ SET deps_left = :deps_left::integer, after_failed = :after_failed::text,
 WHERE id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint);
 
 -- name: job_dependencies_add
--- :after is [[id, its terminal state or null], ...] in the order given.
+-- :after lists the dependencies' ids in the order given; one that has ended is in
+-- history, with its state (none ends meanwhile: job_dependencies_hot locked the rest).
 INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
-SELECT j::bigint, d.pos - 1, (d.v ->> 0)::bigint, d.v ->> 1
+SELECT j::bigint, d.pos - 1, d.v::bigint,
+    (SELECT h.state FROM ferryq_history h WHERE h.id = d.v::bigint)
 FROM jsonb_array_elements_text(:ids::text::jsonb) AS j,
-     jsonb_array_elements(:after::text::jsonb) WITH ORDINALITY AS d(v, pos);
+     jsonb_array_elements_text(:after::text::jsonb) WITH ORDINALITY AS d(v, pos);
 
 -- name: job_dependencies
 -- A job's dependencies in its order, and the jobs that depend on it.

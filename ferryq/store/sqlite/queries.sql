@@ -56,9 +56,10 @@ SET deps_left = :deps_left, after_failed = :after_failed, dep_failed = :dep_fail
 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: job_dependencies_add
--- :after is [[id, its terminal state or null], ...] in the order given.
+-- :after lists the dependencies' ids in the order given; one that has ended is in
+-- history, with its state (nothing ends meanwhile: the write lock is held).
 INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
-SELECT j.value, d.key, d.value ->> 0, d.value ->> 1
+SELECT j.value, d.key, d.value, (SELECT h.state FROM ferryq_history h WHERE h.id = d.value)
 FROM json_each(:ids) AS j, json_each(:after) AS d;
 
 -- name: job_dependencies
