@@ -172,6 +172,32 @@ async def test_a_delayed_job_runs_at_its_own_due_time_once_released(
     assert await _state(app, later.id) == "succeeded"
 
 
+async def test_a_multi_stage_dependency_ends_with_its_last_stage(app: ferryq.App) -> None:
+    seen: list[str] = []
+
+    @app.task
+    async def pipeline(ctx: ferryq.Context) -> ferryq.Next | str:
+        seen.append(f"pipeline {ctx.stage}")
+        if ctx.stage is None:
+            return ferryq.Next("second")
+        return "done"
+
+    @app.task
+    async def after(ctx: ferryq.Context) -> None:
+        seen.append("after")
+
+    first = await pipeline.enqueue_async()
+    dependent = await after.options(after=[first]).enqueue_async()
+    store = await app.store()
+    claimed = await store.job_claim("default", ["default"], 10, "w", app.clock())
+    assert [job.id for job in claimed] == [first.id]
+    await store.job_finish_many([Finish("next", first.id, claimed[0].fence, app.clock(),
+                                        stage="second", context="null")])  # fmt: skip
+    assert await _state(app, dependent.id) == "scheduled"  # a stage is not an end
+    await drain_async(app)
+    assert seen == ["pipeline second", "after"]
+
+
 async def test_a_duplicate_is_the_job_it_finds_with_that_jobs_dependencies(
     app: ferryq.App,
 ) -> None:

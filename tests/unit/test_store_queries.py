@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from ferryq.job import HELD
+from ferryq.policy import MAX_RUN_AT
 from ferryq.store import flows
 from ferryq.store.postgres.queries import Q as POSTGRES
 from ferryq.store.sqlite.queries import Q as SQLITE
+
+PACKAGE = Path(flows.__file__).resolve().parents[1]
 
 # A named parameter: a colon not part of a "::" cast, then a name.
 PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -58,3 +62,12 @@ def test_each_backend_has_names_of_its_own() -> None:
     # The header says so: a flow written once could not run them.
     assert set(SQLITE) - set(POSTGRES) and set(POSTGRES) - set(SQLITE)
     assert not (set(SQLITE) ^ set(POSTGRES)) & set(flows.STATEMENTS)
+
+
+def test_the_dependency_triggers_know_the_held_run_at() -> None:
+    """The triggers write HELD as a literal: it must be ferryq.job.HELD, and beyond any
+    due time a job can be given."""
+    for backend in ("sqlite", "postgres"):
+        sql = PACKAGE / "store" / backend / "migrations" / "0011_dependencies.sql"
+        assert "run_at = 1e15" in sql.read_text(), backend
+    assert HELD == 1e15 > MAX_RUN_AT
