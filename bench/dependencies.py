@@ -25,19 +25,17 @@ import argparse
 import asyncio
 import contextlib
 import pathlib
-import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 
 import ferryq
 from bench import ferryq_runs as runs
 from bench import ferryq_tasks
+from bench.lanes import Databases, sqlite_databases
 from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 
-Databases = Callable[[], contextlib.AbstractContextManager[str]]
 DEPENDENCIES = 10
 
 
@@ -117,18 +115,6 @@ def report(backend: str, figures: dict[str, list[float]], options: argparse.Name
           f"{m['enqueue_after']:>12,.0f}{m['enqueue_plain']:>12,.0f}"
           f"{m['enqueue_after'] / m['enqueue_plain']:>7.2f}x"
           f"  (baseline: without dependencies)")  # fmt: skip
-
-
-def sqlite_databases(workdir: pathlib.Path, query: str) -> Databases:
-    @contextlib.contextmanager
-    def fresh() -> Iterator[str]:
-        directory = tempfile.mkdtemp(prefix="ferryq-", dir=workdir)
-        try:
-            yield f"sqlite:///{directory}/bench.db{query}"
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    return fresh
 
 
 def main() -> None:

@@ -175,12 +175,14 @@ def report(backend: str, figures: dict[str, list[float]], options: argparse.Name
               f"{ratio:>7.2f}x  {verdict}")  # fmt: skip
 
 
-def sqlite_databases(workdir: pathlib.Path) -> Databases:
+def sqlite_databases(workdir: pathlib.Path, query: str = "") -> Databases:
+    """A fresh SQLite file per use, in ``workdir``, its URL ending in ``query``."""
+
     @contextlib.contextmanager
     def fresh() -> Iterator[str]:
         directory = tempfile.mkdtemp(prefix="ferryq-", dir=workdir)
         try:
-            yield f"sqlite:///{directory}/bench.db"
+            yield f"sqlite:///{directory}/bench.db{query}"
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -18,19 +18,14 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 import ferryq
+from tests.acceptance.conftest import Workers
 from tests.acceptance.fan_in_app import MAX_TRIES, TTR, album, member
 
-ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = 1_000
 PROCESSES = 3
 SLOTS = 8
@@ -39,56 +34,30 @@ DRAIN_TIMEOUT = 120.0
 TERMINAL = ("succeeded", "dead", "cancelled", "expired")
 
 
-@dataclass
-class Fleet:
-    url: str
-    log_dir: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    killed: int = 0
-
-    def start(self) -> None:
-        env = {**os.environ, "FERRYQ_URL": self.url, "FERRYQ_TEST_LOG_DIR": str(self.log_dir),
-               "PYTHONPATH": str(ROOT)}  # fmt: skip
-        with open(self.log_dir / f"worker-{len(self.procs)}.stderr", "wb") as stderr:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.acceptance.fan_in_app", "--concurrency", str(SLOTS)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-            ))  # fmt: skip
-
-    def kill_one(self, rng: random.Random) -> None:
-        victim = rng.choice([proc for proc in self.procs if proc.poll() is None])
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        self.killed += 1
-        self.start()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+def _start(workers: Workers) -> None:
+    workers.start("--concurrency", str(SLOTS), module="tests.acceptance.fan_in_app")
 
 
-@pytest.fixture
-def fleet(backend_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
-    group = Fleet(backend_url, log_dir)
-    yield group
-    group.close()
+def _kill_one(workers: Workers, rng: random.Random) -> None:
+    """SIGKILL a live worker at random, and start another in its place."""
+    victim = rng.choice([proc for proc in workers.procs if proc.poll() is None])
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    _start(workers)
 
 
 @pytest.mark.slow
 async def test_a_fan_in_callback_runs_once_with_every_result_while_workers_die(
-    fleet: Fleet,
+    any_workers: Workers,
 ) -> None:
+    workers = any_workers
     seed = int(os.environ.get("FERRYQ_CHAOS_SEED", random.randrange(1 << 32)))
     print(f"\nFERRYQ_CHAOS_SEED={seed}")
     rng = random.Random(seed)
-    app = ferryq.App(fleet.url)
+    app = ferryq.App(workers.url)
     try:
         for _ in range(PROCESSES):
-            fleet.start()
+            _start(workers)
         # The tasks of the workers' module, registered on this App (of the test's
         # database) under the same names and options.
         member_task = app.task(name=member.name, ttr=TTR, max_tries=MAX_TRIES)(member.fn)
@@ -96,31 +65,29 @@ async def test_a_fan_in_callback_runs_once_with_every_result_while_workers_die(
         group = ferryq.group(member_task, [(n,) for n in range(MEMBERS)])
         callback = await group.then_async(callback_task)
         kill_at = sorted(rng.uniform(0.05, 0.8) for _ in range(KILLS))
-        await _drain_members(app, fleet, rng, kill_at)
+        await _drain_members(app, workers, rng, kill_at)
         total = await callback.result_async(timeout=DRAIN_TIMEOUT)
     finally:
         await app.aclose()
     expected = sum(n * n for n in range(MEMBERS))
     assert total == expected, f"seed {seed}"
-    assert fleet.killed == KILLS
+    assert len(workers.procs) == PROCESSES + KILLS  # a new worker for each one killed
     members = [await app.get_job_async(m.id) for m in group.members]
     assert all(job.state == "succeeded" for job in members), f"seed {seed}"
     last_member = max(job.finished_at or 0.0 for job in members)
-    runs = [
-        line.split() for log in fleet.log_dir.glob("*.log") for line in log.read_text().splitlines()
-    ]
+    runs = [line.split() for line in workers.log_lines()]
     assert len(runs) == 1, f"seed {seed}: the callback started {len(runs)} times: {runs}"
     (_, job_id, _attempt, _fence, count, summed, started) = runs[0]
     assert (int(job_id), int(count), int(summed)) == (callback.id, MEMBERS, expected)
     assert float(started) >= last_member, f"seed {seed}: the callback started too early"
     job = await app.get_job_async(callback.id)
     assert job.state == "succeeded" and job.attempts == 1
-    print(f"seed {seed}: {MEMBERS} members, {fleet.killed} kills, "
+    print(f"seed {seed}: {MEMBERS} members, {KILLS} kills, "
           f"{sum(j.attempts for j in members) - MEMBERS} extra member attempts")  # fmt: skip
 
 
 async def _drain_members(
-    app: ferryq.App, fleet: Fleet, rng: random.Random, kill_at: list[float]
+    app: ferryq.App, workers: Workers, rng: random.Random, kill_at: list[float]
 ) -> None:
     """Until every member has ended, killing and restarting a worker at each point of
     progress in ``kill_at`` (the callback waits: it is not counted)."""
@@ -135,5 +102,5 @@ async def _drain_members(
         assert time.monotonic() < deadline, f"{done} of {MEMBERS} members ended in time"
         while pending and done >= pending[0] * MEMBERS:
             pending.pop(0)
-            fleet.kill_one(rng)
+            _kill_one(workers, rng)
         await store.wait_for_finish(0.1, 0.05)
