@@ -261,3 +261,21 @@ async def test_a_group_callback_that_runs_anyway_gets_none_for_a_failed_member(
     )
     await drain_async(app)
     assert await callback.result_async(timeout=0) == [0.5, None, 0.25]
+
+
+async def test_the_graph_goes_with_the_history(app: ferryq.App, clock: FrozenClock) -> None:
+    @app.task(name="step")
+    async def step(n: int) -> int:
+        return n
+
+    first = await app.enqueue_async("step", [1])
+    second = await app.enqueue_async("step", [2], after=[first])
+    await drain_async(app)
+    kept = await app.enqueue_async("step", [3], after=[second])  # kept: still hot
+    store = await app.store()
+    assert await store.history_prune(clock.now + 40 * 86_400, 10_000) == 2
+    assert await store.job_dependencies(second.id) == ferryq.store.base.Dependencies(
+        [],
+        [Dependency(kept.id, "succeeded")],  # its own edge went; its dependent's stays
+    )
+    assert await store.job_dependencies(first.id) == ferryq.store.base.Dependencies([], [])

@@ -180,6 +180,14 @@ SELECT j::bigint, d.pos - 1, d.v::bigint,
 FROM jsonb_array_elements_text(:ids::text::jsonb) AS j,
      jsonb_array_elements_text(:after::text::jsonb) WITH ORDINALITY AS d(v, pos);
 
+-- name: deps_prune
+-- The edges of dependents that are gone, with the history pruned: the jobs older than
+-- every job still kept (ids only grow), a range of the primary key.
+DELETE FROM ferryq_deps WHERE job_id < (
+    SELECT coalesce(min(id), 9223372036854775807) FROM (
+        SELECT min(id) AS id FROM ferryq_jobs
+        UNION ALL SELECT min(id) FROM ferryq_history) AS kept);
+
 -- name: job_dependencies
 -- A job's dependencies in its order, and the jobs that depend on it.
 SELECT 'after' AS side, after_id AS id, ended FROM ferryq_deps WHERE job_id = :id

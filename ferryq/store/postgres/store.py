@@ -908,7 +908,10 @@ class PostgresStore(base.Store):
     async def history_prune(self, before: float, limit: int) -> int:
         async def prune(conn: Conn) -> int:
             await partitions.ensure(conn, time.time())
-            return await partitions.prune(conn, before, limit)
+            pruned = await partitions.prune(conn, before, limit)
+            if pruned:
+                await _run(conn, Q["deps_prune"])
+            return pruned
 
         return await self._session(prune, transaction=False)
 

@@ -274,6 +274,14 @@ UPDATE ferryq_history_folded SET hid = :until;
 SELECT f.hid, min(f.hid + :limit, coalesce((SELECT max(hid) FROM ferryq_history), 0))
 FROM ferryq_history_folded f;
 
+-- name: deps_prune
+-- The edges of dependents that are gone, with the history pruned: the jobs older than
+-- every job still kept (ids only grow), a range of the primary key.
+DELETE FROM ferryq_deps WHERE job_id < (
+    SELECT coalesce(min(id), 9223372036854775807) FROM (
+        SELECT min(id) AS id FROM ferryq_jobs
+        UNION ALL SELECT min(id) FROM ferryq_history) AS kept);
+
 -- name: history_prune
 DELETE FROM ferryq_history
 WHERE id IN (SELECT id FROM ferryq_history WHERE finished_at < :before LIMIT :limit);

@@ -1032,7 +1032,10 @@ class SQLiteStore(base.Store):
 
     async def history_prune(self, before: float, limit: int) -> int:
         def prune(conn: sqlite3.Connection) -> int:
-            return conn.execute(Q["history_prune"], {"before": before, "limit": limit}).rowcount
+            pruned = conn.execute(Q["history_prune"], {"before": before, "limit": limit}).rowcount
+            if pruned:
+                conn.execute(Q["deps_prune"])
+            return pruned
 
         return await self._call(self._write, prune)
 
