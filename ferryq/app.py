@@ -344,6 +344,8 @@ class App:
         self, job: NewJob, encoded_args: Sequence[str], connection: object | None
     ) -> list[JobHandle]:
         if connection is not None:
+            if job.after:  # in a transaction of its own, not the caller's
+                await (await self.store()).prepare_dependencies()
             inserted = await insert_on_connection_async(connection, job, encoded_args)
         else:
             inserted = await (await self.store()).job_insert_many(job, encoded_args)
@@ -379,6 +381,9 @@ class App:
         metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
+    async def _prepare_dependencies(self) -> None:
+        await (await self.store()).prepare_dependencies()
+
     def _hooked_meta(self, call: Enqueue) -> str:
         """The jobs' meta as the enqueue hooks left it, checked as the options were."""
         meta = _json.dumps_document(call.meta, "meta")
@@ -397,6 +402,8 @@ class App:
             if self.hooks.around_enqueue:  # on the portal, in this thread's context
                 self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
             job.meta = self._hooked_meta(call) if self.hooks.around_enqueue else job.meta
+            if job.after:  # in a transaction of its own, not the caller's
+                self.portal_call(self._prepare_dependencies())
             inserted = insert_on_connection(connection, job, encoded_args)
         except BaseException as exc:
             call.exception = exc

@@ -353,6 +353,10 @@ class Store(Protocol):
     # jobs: reads and operator actions
     async def job_get(self, job_id: int) -> Job | None: ...
 
+    async def prepare_dependencies(self) -> None:
+        """Make the database ready for jobs with dependencies, before the first is
+        inserted (PostgreSQL creates the trigger that resolves them on first use)."""
+
     async def job_dependencies(self, job_id: int) -> Dependencies:
         """The job's dependencies and dependents (``after``), for explain and views."""
 

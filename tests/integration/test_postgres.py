@@ -18,7 +18,9 @@ import pytest
 import ferryq
 from ferryq import metrics
 from ferryq.store import open_store
+from ferryq.store.base import Dependencies, Dependency
 from ferryq.store.postgres import lanes, partitions
+from ferryq.store.postgres import queries as postgres_queries
 from ferryq.store.postgres import store as postgres_store
 from ferryq.store.postgres.store import (
     GENERIC_PLANS,
@@ -88,6 +90,38 @@ async def test_enqueue_in_an_async_psycopg_transaction(app: ferryq.App, pg_url: 
     assert (await app.get_job_async(kept.id)).state == "ready"
     with pytest.raises(ferryq.JobNotFound):
         await app.get_job_async(gone.id)
+
+
+async def test_a_job_after_others_on_the_callers_connection_waits_for_them(
+    app: ferryq.App, pg_url: str
+) -> None:
+    """The history's trigger that resolves dependencies is made by the first enqueue
+    with dependencies, before the caller's transaction, on the sync and async paths."""
+    double = _tasks(app)
+    store = await app.store()
+    trigger = postgres_queries.Q["dependency_trigger_exists"].sql
+    first = await double.enqueue_async(1)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(trigger).fetchone() == (False,)  # never used here yet
+        with conn.transaction():
+            after_sync = await asyncio.to_thread(
+                lambda: double.options(after=[first]).using(conn).enqueue(2)
+            )
+        assert conn.execute(trigger).fetchone() == (True,)
+    conn = await asyncpg.connect(pg_url)
+    try:
+        async with conn.transaction():
+            after_async = await double.options(after=[first]).using(conn).enqueue_async(3)
+    finally:
+        await conn.close()
+    assert [(await app.get_job_async(h.id)).state for h in (after_sync, after_async)] == [
+        "scheduled", "scheduled"
+    ]  # fmt: skip
+    await drain_async(app)
+    assert [await h.result_async(timeout=5) for h in (first, after_sync, after_async)] == [2, 4, 6]
+    assert await store.job_dependencies(first.id) == Dependencies(
+        [], [Dependency(after_sync.id, "succeeded"), Dependency(after_async.id, "succeeded")]
+    )
 
 
 async def test_enqueue_in_an_asyncpg_transaction(app: ferryq.App, pg_url: str) -> None:

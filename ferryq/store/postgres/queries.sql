@@ -154,6 +154,26 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_finish_columns} FROM moved j
 RETURNING id, namespace, lane, state;
 
+-- name: dependency_trigger
+-- The history's trigger that resolves dependencies (migration 0011), made once, by the
+-- first enqueue with dependencies, in a transaction of its own: it takes a lock on the
+-- history that waits for the finishes under way.
+DO $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('ferryq_dependency_ends'));
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'ferryq_dependency_ends'
+                   AND tgrelid = 'ferryq_history'::regclass) THEN
+        CREATE TRIGGER ferryq_dependency_ends AFTER INSERT ON ferryq_history
+        REFERENCING NEW TABLE AS ended_jobs
+        FOR EACH STATEMENT EXECUTE FUNCTION ferryq_dependencies_end();
+    END IF;
+END
+$$;
+
+-- name: dependency_trigger_exists
+SELECT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'ferryq_dependency_ends'
+               AND tgrelid = 'ferryq_history'::regclass);
+
 -- name: job_dependencies_hot
 -- The dependencies named by an enqueue that have not ended, locked: none ends unseen
 -- before the enqueue commits (one that ends meanwhile is found by the next statement).

@@ -137,6 +137,7 @@ class PostgresStore(base.Store):
         self._ready = False
         self._faults = FaultLog(log)
         self._claims = Turns()
+        self._dependency_trigger = False  # known to exist (prepare_dependencies)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -436,7 +437,7 @@ class PostgresStore(base.Store):
             raise StoreError("the store is not open")
         if _running_loop() is loop:
             raise RuntimeError("a blocking enqueue cannot run on the store's own event loop")
-        if job.unique_key is not None or job.lane is not None:
+        if job.unique_key is not None or job.lane is not None or job.after:
             locking = self._insert_locking(job, args)
             return asyncio.run_coroutine_threadsafe(locking, loop).result()
         # With no commit of calls under way, on this thread's own connection.
@@ -525,9 +526,12 @@ class PostgresStore(base.Store):
             pending.inserted = [Inserted(next(ids), True) for _ in pending.args]
 
     async def _insert_locking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-        """Jobs with a unique key or of a lane: in a transaction of their own, which
-        holds the key's and the lane's locks (two calls' locks in one transaction could
-        be taken in an order another process takes the other way round)."""
+        """Jobs with a unique key, of a lane or with dependencies: in a transaction of
+        their own, which holds the key's and the lane's locks (two calls' locks in one
+        transaction could be taken in an order another process takes the other way
+        round) and the dependencies' row locks."""
+        if job.after:
+            await self.prepare_dependencies()
 
         async def insert(conn: Conn) -> list[Inserted]:
             return await insert_jobs(conn, job, args)
@@ -678,6 +682,18 @@ class PostgresStore(base.Store):
     async def job_get(self, job_id: int) -> Job | None:
         # One snapshot, so a job moving to history meanwhile is seen once.
         return await self._session(lambda conn: _get(conn, job_id), isolation="repeatable_read")
+
+    async def prepare_dependencies(self) -> None:
+        if self._dependency_trigger:
+            return
+
+        async def make(conn: Conn) -> None:
+            if not await conn.fetchval(Q["dependency_trigger_exists"].sql):
+                await conn.execute(Q["dependency_trigger"].sql)
+                log.info("created the history's trigger that resolves dependencies")
+
+        await self._session(make, transaction=False)
+        self._dependency_trigger = True
 
     async def job_dependencies(self, job_id: int) -> Dependencies:
         async def edges(conn: Conn) -> list[Any]:

@@ -804,6 +804,9 @@ class SQLiteStore(base.Store):
     async def job_get(self, job_id: int) -> Job | None:
         return await self._call(self._read, lambda conn: _get(conn, job_id))
 
+    async def prepare_dependencies(self) -> None:
+        """Nothing to do: SQLite's trigger (migration 0011) costs nothing unused."""
+
     async def job_dependencies(self, job_id: int) -> Dependencies:
         def edges(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             return conn.execute(Q["job_dependencies"], {"id": job_id}).fetchall()
