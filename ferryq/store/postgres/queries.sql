@@ -194,11 +194,13 @@ WHERE id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint);
 -- name: job_dependencies_add
 -- :after lists the dependencies' ids in the order given; one that has ended is in
 -- history, with its state (none ends meanwhile: job_dependencies_hot locked the rest).
+-- A join, not a subquery per edge: the planner guesses 100 rows for each array, and
+-- a subquery over every partition then costs enough to be compiled (JIT, 15 ms).
 INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
-SELECT j::bigint, d.pos - 1, d.v::bigint,
-    (SELECT h.state FROM ferryq_history h WHERE h.id = d.v::bigint)
-FROM jsonb_array_elements_text(:ids::text::jsonb) AS j,
-     jsonb_array_elements_text(:after::text::jsonb) WITH ORDINALITY AS d(v, pos);
+SELECT j::bigint, d.pos - 1, d.v::bigint, h.state
+FROM jsonb_array_elements_text(:ids::text::jsonb) AS j
+CROSS JOIN jsonb_array_elements_text(:after::text::jsonb) WITH ORDINALITY AS d(v, pos)
+LEFT JOIN ferryq_history h ON h.id = d.v::bigint;
 
 -- name: deps_prune
 -- The edges of dependents that are gone, with the history pruned: the jobs older than
