@@ -345,7 +345,7 @@ class App:
     ) -> list[JobHandle]:
         if connection is not None:
             if job.after:  # in a transaction of its own, not the caller's
-                await (await self.store()).prepare_dependencies()
+                await self._prepare_dependencies()
             inserted = await insert_on_connection_async(connection, job, encoded_args)
         else:
             inserted = await (await self.store()).job_insert_many(job, encoded_args)
