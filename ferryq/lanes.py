@@ -11,7 +11,9 @@ lane or however many lanes there are.
 Start order is id order, also when the limit is above one: a job admitted behind one
 that has not started yet is given that job's order time (and due time, if it is
 delayed) when they are later than its own, so a claim, which takes the smallest
-``(order_time, id)`` first, cannot start it earlier. That holds within a queue; a
+``(order_time, id)`` first, cannot start it earlier. No job is admitted behind one held
+by its dependencies (due at ``HELD``): the release gives the held job its own due time
+back and nothing else, so the jobs behind it wait until it ends. That holds within a queue; a
 claim from another queue could, so a job is admitted only while every admitted job
 ahead of it that has not started is in its own queue.
 
@@ -30,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ferryq.job import State
+from ferryq.job import HELD, State
 
 OnDead = Literal["continue", "halt"]
 ON_DEAD: tuple[OnDead, ...] = ("continue", "halt")
@@ -179,6 +181,8 @@ def plan(view: LaneView, now: float) -> Plan:
     for waiting in view.waiting[: max(room, 0)]:
         if queues - {waiting.queue}:
             break  # behind a job of another queue that has not started: see above
+        if floor_due is not None and floor_due >= HELD:
+            break  # behind a job held by its dependencies: see below
         queues.add(waiting.queue)
         order_time = waiting.order_time
         if floor_order is not None:

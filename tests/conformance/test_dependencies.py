@@ -153,6 +153,27 @@ async def test_a_held_job_keeps_its_place_in_its_lane(app: ferryq.App) -> None:
     assert order == ["first", "held", "behind"]
 
 
+async def test_jobs_behind_a_held_job_in_a_lane_with_room_wait_for_it(app: ferryq.App) -> None:
+    """Admitted behind a held job, a job would take its due time (HELD) and never run:
+    none is admitted behind one until it ends."""
+    order: list[str] = []
+
+    @app.task
+    async def step(name: str) -> None:
+        order.append(name)
+
+    await app.set_lane_limit_async("L", 3)
+    first = await step.enqueue_async("first")
+    held = await step.options(lane="L", after=[first]).enqueue_async("held")
+    behind = [await step.options(lane="L").enqueue_async(f"behind {i}") for i in (1, 2)]
+    assert [await _state(app, h.id) for h in (held, *behind)] == [
+        "scheduled", "waiting", "waiting"
+    ]  # fmt: skip
+    await drain_async(app)
+    assert order == ["first", "held", "behind 1", "behind 2"]
+    assert [await _state(app, h.id) for h in (held, *behind)] == ["succeeded"] * 3
+
+
 async def test_a_delayed_job_runs_at_its_own_due_time_once_released(
     app: ferryq.App, clock: FrozenClock
 ) -> None:

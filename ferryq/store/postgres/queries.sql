@@ -534,7 +534,8 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     -- (one lane looks like half the table to it), through every job of a long lane.
     -- A step stops at a job of another queue than an unstarted one ahead of it, which
     -- a claim of its own queue could otherwise start first (see ferryq/lanes.py); after
-    -- the first step, ahead of it is the job of the step before.
+    -- the first step, ahead of it is the job of the step before. Nothing is admitted
+    -- behind a job held by its dependencies (due at ferryq.job.HELD, 1e15).
     SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
         l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
     FROM l CROSS JOIN LATERAL (
@@ -544,6 +545,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
     WHERE NOT l.halted AND l.held < l.k AND w.namespace = l.n AND w.lane = l.l
       AND (l.queue_min IS NULL OR (l.queue_min = l.queue_max AND w.queue = l.queue_min))
+      AND (l.floor_due IS NULL OR l.floor_due < 1e15)  -- not behind a held job (HELD)
     UNION ALL
     SELECT s.n, s.l, w.id, s.room - 1, greatest(s.order_time, w.order_time),
         greatest(s.floor_due, s.run_at), false, w.run_at, w.queue, w.expires_at
@@ -553,6 +555,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
         WHERE f.state = 'waiting' AND (f.namespace, f.lane, f.id) > (s.n, s.l, s.id)
         ORDER BY f.namespace, f.lane, f.id LIMIT 1) w
     WHERE s.room > 1 AND w.namespace = s.n AND w.lane = s.l AND w.queue = s.queue
+      AND s.run_at < 1e15
 ), due AS (
     SELECT id, order_time,
         CASE WHEN floor_due > :now AND floor_due > run_at THEN floor_due ELSE run_at END
