@@ -587,6 +587,22 @@ class App:
     def set_lane_limit(self, pattern: str, limit: int, on_dead: str | None = None) -> LaneRule:
         return self.portal_call(self.set_lane_limit_async(pattern, limit, on_dead))
 
+    async def set_lane_rate_async(self, pattern: str, n: int, per: float = 1.0) -> LaneRule:
+        """Let each lane ``pattern`` names (``api:acme``, or ``api:*``) start at most
+        ``n`` jobs in any ``per`` seconds, across every worker (a sliding window: see
+        docs/guarantees.md). The rule keeps its limit and policy; a new one has limit 1."""
+        return await (await self.operations()).set_lane_rate(self.namespace, pattern, n, per)
+
+    def set_lane_rate(self, pattern: str, n: int, per: float = 1.0) -> LaneRule:
+        return self.portal_call(self.set_lane_rate_async(pattern, n, per))
+
+    async def clear_lane_rate_async(self, pattern: str) -> LaneRule | None:
+        """Take the rate off ``pattern``'s rule, keeping the rest; None if it has none."""
+        return await (await self.operations()).clear_lane_rate(self.namespace, pattern)
+
+    def clear_lane_rate(self, pattern: str) -> LaneRule | None:
+        return self.portal_call(self.clear_lane_rate_async(pattern))
+
     async def clear_lane_limit_async(self, pattern: str) -> bool:
         """Drop a rule: its lanes fall back to the next matching rule, or limit 1."""
         return await (await self.operations()).clear_lane_limit(self.namespace, pattern)

@@ -672,6 +672,47 @@ def lanes_limit(
             out.print(Text(f"{pattern}: {_render.rule_text(rule)} ({source})"))
 
 
+@lanes.command("rate")
+@click.argument("pattern")
+@click.argument("n", type=int, required=False)
+@click.option("--per", type=FiniteFloat(min=0.001), default=1.0, show_default=True,
+              help="With N: the window, in seconds.")  # fmt: skip
+@click.option("--clear", is_flag=True, help="Take the rate off PATTERN's rule.")
+@json_option
+@click.pass_context
+def lanes_rate(
+    ctx: click.Context, pattern: str, n: int | None, per: float, clear: bool, as_json: bool
+) -> None:
+    """Set or clear the rate of a lane (api:acme) or a prefix (api:*).
+
+    \b
+    ferryq lanes rate 'api:*' 10           at most 10 starts a second in each api lane
+    ferryq lanes rate 'api:*' 100 --per 60 at most 100 starts in any minute
+    ferryq lanes rate 'api:*' --clear      no rate; the limit and policy stay
+
+    Every worker on every machine counts against one window per lane. The rule keeps
+    its limit and policy; a new rule has limit 1. `ferryq lanes limit` shows rates.
+    """
+    if clear == (n is not None):
+        raise click.UsageError("give N or --clear")
+    app = get_app(ctx)
+    if clear:
+        rule = app.clear_lane_rate(pattern)
+        if as_json:
+            emit_json({"pattern": pattern, "cleared": rule is not None})
+        elif rule is not None:
+            out.print(Text(f"{rule.pattern}: {_render.rule_text(rule)}"))
+        else:
+            out.print(Text(f"no rule for {pattern}: nothing changed", style="dim"))
+        return
+    assert n is not None
+    rule = app.set_lane_rate(pattern, n, per)
+    if as_json:
+        emit_json(asdict(rule))
+    else:
+        out.print(Text(f"{rule.pattern}: {_render.rule_text(rule)}"))
+
+
 def check_lane_limit_usage(
     pattern: str | None, limit: int | None, on_dead: str | None, clear: bool
 ) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ferryq import lanes
 from ferryq.errors import JobNotFound
 from ferryq.job import Job, State
 from ferryq.store.base import PeriodicState, Store, WorkerInfo
@@ -160,9 +161,38 @@ async def explain(store: Store, job_id: int, now: float) -> Explanation:
         return await _explain_waiting(store, job)
     if job.held_by_dependencies:
         return await _explain_held(store, job)
+    if job.lane is not None and (rated := await _explain_rated(store, job, now)) is not None:
+        return rated
     if job.run_at > now:
         return _explain_not_due(job)
     return await _explain_ready(store, job, now)
+
+
+async def _explain_rated(store: Store, job: Job, now: float) -> Explanation | None:
+    """ "rate limited until T" for a job of a lane with a rate, due but the window full,
+    or deferred by a claim for the window (not a delay or a backoff of its own)."""
+    assert job.lane is not None
+    rate = lanes.rule_for(await store.lane_rules(job.namespace), job.lane).rate
+    if rate is None:
+        return None
+    window = await store.lane_window(job.namespace, job.lane)
+    recent = lanes.in_window(window.starts, rate, now)
+    free = lanes.next_start(recent, rate, now)
+    if job.run_at > now:
+        if job.error is not None or window.deferred_until is None:
+            return None
+        if job.run_at > window.deferred_until:
+            return None
+        until = job.run_at
+    elif free > now:
+        until = free
+    else:
+        return None
+    return _say(job, "rate_limited",
+                f"rate limited until {when(until)}: lane {job.lane!r} starts at most "
+                f"{rate.n} job(s) in any {rate.per:g} s, and {len(recent)} started in the "
+                f"last {rate.per:g} s", lane=job.lane, until=until, rate_n=rate.n,
+                rate_per=rate.per, started_in_window=len(recent))  # fmt: skip
 
 
 async def _explain_waiting(store: Store, job: Job) -> Explanation:

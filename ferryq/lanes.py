@@ -41,13 +41,32 @@ MAX_LIMIT = 100_000
 MAX_LANE_LENGTH = 255
 
 
+#: The most starts a rate may allow per window: a lane's window keeps that many.
+MAX_RATE = 10_000
+#: The longest window a rate may have, in seconds (a day).
+MAX_PER = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``n`` starts of a lane in any ``per`` seconds (a sliding window)."""
+
+    n: int
+    per: float
+
+    def __str__(self) -> str:
+        return f"{self.n}/{self.per:g}s"
+
+
 @dataclass(frozen=True, slots=True)
 class LaneRule:
-    """A limit and failure policy for one lane (``post:42``) or a prefix (``tenant:*``)."""
+    """A limit, a failure policy and, if set, a rate, for one lane (``post:42``) or
+    every lane under a prefix (``tenant:*``)."""
 
     pattern: str
     limit: int = DEFAULT_LIMIT
     on_dead: OnDead = "continue"
+    rate: Rate | None = None
 
     @property
     def is_prefix(self) -> bool:
@@ -62,7 +81,7 @@ class LaneRule:
 DEFAULT_RULE = LaneRule("*")
 
 
-def check_rule(pattern: str, limit: int, on_dead: str) -> LaneRule:
+def check_rule(pattern: str, limit: int, on_dead: str, rate: Rate | None = None) -> LaneRule:
     """A validated rule; ValueError naming what is wrong."""
     if not isinstance(pattern, str) or not 0 < len(pattern) <= MAX_LANE_LENGTH:
         raise ValueError(f"lane pattern must be 1 to {MAX_LANE_LENGTH} characters")
@@ -74,18 +93,41 @@ def check_rule(pattern: str, limit: int, on_dead: str) -> LaneRule:
         raise ValueError(f"lane limit must be an integer from 1 to {MAX_LIMIT}, not {limit!r}")
     if on_dead not in ON_DEAD:
         raise ValueError(f"on_dead must be 'continue' or 'halt', not {on_dead!r}")
-    return LaneRule(pattern, limit, on_dead)
+    return LaneRule(pattern, limit, on_dead, rate)
+
+
+def check_rate(n: int, per: float) -> Rate:
+    """A validated rate; ValueError naming what is wrong."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RATE:
+        raise ValueError(f"a rate's n must be an integer from 1 to {MAX_RATE}, not {n!r}")
+    if (
+        isinstance(per, bool)
+        or not isinstance(per, int | float)
+        or not 0.001 <= per <= MAX_PER  # also refuses NaN
+    ):
+        raise ValueError(f"a rate's per must be from 0.001 to {MAX_PER:g} seconds, not {per!r}")
+    return Rate(n, float(per))
 
 
 def changed_rule(
     rules: Iterable[LaneRule], pattern: str, limit: int, on_dead: str | None
 ) -> LaneRule:
     """``pattern``'s rule with a new limit, validated. Without ``on_dead`` the rule keeps
-    the policy it has (SPEC §19: a changed limit keeps the rule's other settings); a
-    new rule continues."""
+    the policy it has, and it keeps its rate (SPEC §19: a changed limit keeps the
+    rule's other settings); a new rule continues and has no rate."""
+    own = next((rule for rule in rules if rule.pattern == pattern), None)
     if on_dead is None:
-        on_dead = next((rule.on_dead for rule in rules if rule.pattern == pattern), "continue")
-    return check_rule(pattern, limit, on_dead)
+        on_dead = "continue" if own is None else own.on_dead
+    return check_rule(pattern, limit, on_dead, None if own is None else own.rate)
+
+
+def rated_rule(rules: Iterable[LaneRule], pattern: str, rate: Rate | None) -> LaneRule:
+    """``pattern``'s rule with a new rate (None: none), validated; it keeps its limit
+    and policy. A new rule has the defaults: limit 1, continue."""
+    own = next((rule for rule in rules if rule.pattern == pattern), None)
+    if own is None:
+        return check_rule(pattern, DEFAULT_LIMIT, "continue", rate)
+    return check_rule(pattern, own.limit, own.on_dead, rate)
 
 
 def rule_for(rules: Iterable[LaneRule], lane: str) -> LaneRule:
@@ -222,9 +264,11 @@ def hand_over(view: LaneView, planned: Plan, taker: Taker | None, now: float) ->
     """The admitted job that goes straight to ``taker`` (its budget spent), if any: the
     lane's first, when nothing admitted ahead of it is still to start (else it would
     start before that job, or beside it over the limit a claim would see), it is due,
-    and the taker may run it."""
+    the taker may run it, and the lane has no rate."""
     if taker is None or not planned.admit or planned.admit[0].state != State.READY:
         return None
+    if view.rule.rate is not None:
+        return None  # its start goes through the rate's window (see gate)
     if any(not job.started for job in view.held):
         return None
     first = view.waiting[0]
@@ -232,3 +276,99 @@ def hand_over(view: LaneView, planned: Plan, taker: Taker | None, now: float) ->
         return None
     taker.budget -= 1
     return first.id
+
+
+# -- rates -------------------------------------------------------------------------------
+#
+# A rate is a sliding window: at most ``n`` starts of a lane in any ``per`` seconds,
+# every claim of a job counting (a retry's too), whoever claims it. Each lane with a
+# rate keeps its last ``n`` start times (its window). A claim that picked ready jobs
+# of such a lane decides, with the window locked, which of them start now (:func:`gate`):
+# as many as the window has room for, in the lane's order; the others go back to
+# ``scheduled``, due when the window will have room for them, so they neither start
+# early nor stand in the way of other lanes' jobs in the meantime.
+
+
+def next_start(starts: Sequence[float], rate: Rate, at_least: float) -> float:
+    """The earliest time from ``at_least`` at which one more start keeps the window:
+    fewer than ``n`` of ``starts`` in the ``per`` seconds up to it."""
+    times = sorted(starts)
+    if len(times) < rate.n:
+        return at_least
+    return max(at_least, times[-rate.n] + rate.per)
+
+
+def in_window(starts: Iterable[float], rate: Rate, now: float) -> list[float]:
+    """The starts that count against the window at ``now``, oldest first: those of the
+    last ``per`` seconds, and any later (a claimer whose clock runs ahead)."""
+    return sorted(s for s in starts if s > now - rate.per)
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """A ready job a claim picked, as :func:`gate` reads it."""
+
+    id: int
+    started: bool  # claimed before since it entered its lane: a retry keeps no order
+
+
+@dataclass(frozen=True, slots=True)
+class Unstarted:
+    """An admitted job of the lane that has not started and that the claim did not pick."""
+
+    id: int
+    state: State
+    run_at: float
+
+
+@dataclass(slots=True)
+class Gated:
+    start: list[int] = field(default_factory=list)  # start now, in the claim's order
+    defer: dict[int, float] = field(default_factory=dict)  # back to scheduled, due then
+    leave: list[int] = field(default_factory=list)  # left ready, for a claim under way
+    starts: list[float] = field(default_factory=list)  # the window after these starts
+    deferred_until: float | None = None  # the last time a job was deferred to
+
+
+def gate(
+    rate: Rate,
+    starts: Sequence[float],
+    picked: Sequence[Picked],
+    unstarted: Sequence[Unstarted],
+    now: float,
+) -> Gated:
+    """Which of a lane's picked jobs start at ``now`` (``picked`` in claim order, the
+    lane's window ``starts`` read under its lock): a job starts while the window has
+    room, and while no job of the lane ahead of it is still to start. One ahead that is
+    ready (another claim holds it) or due (a promotion under way makes it ready): the
+    job is left ready, for after it. One ahead that is scheduled (deferred, or
+    delayed): the job is deferred to at least its due time, so start order stays id
+    order. A job deferred for the window is due when the window
+    will have room for it, the jobs deferred before it counted as started then."""
+    result = Gated()
+    real = in_window(starts, rate, now)
+    planned: list[float] = []
+    for job in picked:
+        floor = now
+        if not job.started:
+            ahead = [u for u in unstarted if u.id < job.id]
+            if any(u.state == State.READY or u.run_at <= now or u.run_at >= HELD for u in ahead):
+                # Ready, or due and being made ready by a promotion under way: for a
+                # claim of its own first.
+                result.leave.append(job.id)
+                continue
+            floor = max([now, *(u.run_at for u in ahead)])
+        if floor <= now and next_start(real, rate, now) <= now and not planned:
+            result.start.append(job.id)
+            real.append(now)
+            continue
+        due = next_start(real + planned, rate, floor)
+        if due <= now:  # the window has room, but a job deferred before it goes first
+            due = max(planned)
+        result.defer[job.id] = due
+        planned.append(due)
+    # The last n starts by time, whether in this claim's window or not: a claim whose
+    # clock is behind this one's counts starts this one no longer would.
+    result.starts = sorted([*starts, *(now for _ in result.start)])[-rate.n :]
+    result.deferred_until = max(planned, default=None)
+    return result

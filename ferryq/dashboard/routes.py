@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ferryq import insights
+from ferryq import insights, lanes
 from ferryq.dashboard import charts, views
 from ferryq.dashboard.auth import (
     COOKIE,
@@ -348,7 +348,15 @@ class Dashboard:
                     raise ValueError(f"no lane rule {pattern[:80]!r} in {namespace}")
                 return RedirectResponse(f"{back}&done=rule-deleted", 303)
             limit = _int(form.get("limit")) or 0
+            rate_n = _int((form.get("rate_n") or "").strip())
+            rate = (
+                None if rate_n is None else lanes.check_rate(rate_n, _seconds(form.get("rate_per")))
+            )
             await ops.set_lane_limit(namespace, pattern, limit, form.get("on_dead"))
+            if rate is not None:
+                await ops.set_lane_rate(namespace, pattern, rate.n, rate.per)
+            else:
+                await ops.clear_lane_rate(namespace, pattern)
         except ValueError as exc:
             # Back to the lanes page, which shows why (and which a reload does not post).
             return RedirectResponse(f"{back}&{urlencode({'rule_error': str(exc)[:300]})}", 303)
@@ -460,6 +468,16 @@ def _text(raw: str) -> str:
     if "\x00" in raw:
         raise BadInput("NUL characters cannot be searched for or stored")
     return raw
+
+
+def _seconds(raw: str | None) -> float:
+    """A rate's window from a form: 1 s when left empty."""
+    if raw is None or raw.strip() == "":
+        return 1.0
+    try:
+        return float(raw)
+    except ValueError:
+        raise BadInput(f"not a number of seconds: {raw[:40]!r}") from None
 
 
 def _int(raw: str | None) -> int | None:

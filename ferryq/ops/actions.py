@@ -325,6 +325,28 @@ class Operations:
         self.signals.ready()  # a higher limit admits jobs at once
         return rule
 
+    async def set_lane_rate(
+        self, namespace: str, pattern: str, n: int, per: float = 1.0
+    ) -> LaneRule:
+        """Give a rule a rate (checked: ValueError): at most ``n`` starts in any ``per``
+        seconds in each lane it names; its limit and policy stay (a new rule has the
+        defaults)."""
+        rate = lanes.check_rate(n, per)
+        rule = lanes.rated_rule(await self.store.lane_rules(namespace), pattern, rate)
+        await self.store.lane_rule_set(namespace, rule, self.clock())
+        return rule
+
+    async def clear_lane_rate(self, namespace: str, pattern: str) -> LaneRule | None:
+        """Take the rate off ``pattern``'s rule (its limit and policy stay); None if it
+        has no rule. Jobs a rate deferred keep their due times."""
+        rules = await self.store.lane_rules(namespace)
+        if not any(rule.pattern == pattern for rule in rules):
+            return None
+        rule = lanes.rated_rule(rules, pattern, None)
+        await self.store.lane_rule_set(namespace, rule, self.clock())
+        self.signals.ready()
+        return rule
+
     async def clear_lane_limit(self, namespace: str, pattern: str) -> bool:
         """Drop a rule: its lanes fall back to the next matching rule, or limit 1."""
         dropped = await self.store.lane_rule_delete(namespace, pattern, self.clock())

@@ -54,6 +54,7 @@ from ferryq.server.native_models import (
     JobOut,
     JobPageOut,
     LaneLimitIn,
+    LaneRateIn,
     LaneRuleOut,
     LaneRulesOut,
     LanesOut,
@@ -142,6 +143,13 @@ class NativeApi:
             ("DELETE", "/lanes/limits", self.lane_limit_delete, dict(
                 status_code=204, response_class=Response, responses=refusals(404, 422),
                 summary="Remove a lane limit")),
+            ("PUT", "/lanes/rates", self.lane_rate_set, dict(
+                response_model=LaneRuleOut, responses=refusals(400, 413, 422),
+                summary="Set the rate of a lane (api:acme) or a prefix (api:*): at most n "
+                        "starts in any per seconds; the rule keeps its limit and policy")),
+            ("DELETE", "/lanes/rates", self.lane_rate_delete, dict(
+                response_model=LaneRuleOut, responses=refusals(404, 422),
+                summary="Take the rate off a rule; its limit and policy stay")),
             ("GET", "/stats", self.stats, dict(
                 response_model=StatsOut, responses=refusals(), summary="Jobs by queue and state")),
             ("GET", "/workers", self.workers, dict(
@@ -303,6 +311,19 @@ class NativeApi:
             )
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
+        return http.json(200, dataclasses.asdict(rule))
+
+    async def lane_rate_set(self, body: LaneRateIn, token: Caller) -> Response:
+        try:
+            rule = await self.ops.set_lane_rate(token.namespace, body.pattern, body.n, body.per)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        return http.json(200, dataclasses.asdict(rule))
+
+    async def lane_rate_delete(self, pattern: PatternQuery, token: Caller) -> Response:
+        rule = await self.ops.clear_lane_rate(token.namespace, pattern)
+        if rule is None:
+            raise ApiError(404, f"no rule is set for {pattern!r}")
         return http.json(200, dataclasses.asdict(rule))
 
     async def lane_limit_delete(self, pattern: PatternQuery, token: Caller) -> Response:

@@ -142,6 +142,16 @@ class LaneLimitIn(_Strict):
     )
 
 
+class LaneRateIn(_Strict):
+    pattern: Text = Field(description="A lane (api:acme), or a prefix ending in * (api:*).")
+    n: Annotated[int, Field(ge=1, le=lanes.MAX_RATE), BeforeValidator(_whole)] = Field(
+        description="At most this many starts in each lane the rule names..."
+    )
+    per: Annotated[float, Field(ge=0.001, le=lanes.MAX_PER, allow_inf_nan=False)] = Field(
+        default=1.0, description="...in any window of this many seconds (a sliding window)."
+    )
+
+
 class JobIdsIn(_Strict):
     ids: list[JobId] = Field(min_length=1, max_length=MAX_IDS)
 
@@ -252,8 +262,8 @@ class ExplanationOut(BaseModel):
     state: State
     reason: str = Field(
         description="done, cancelled, expired, dead, expiring, lane_halted, lane_waiting, "
-        "lane_order, lane_limit, dependencies, cancelling, lease_expired, running, backoff, "
-        "scheduled, no_worker or ready"
+        "lane_order, lane_limit, dependencies, rate_limited, cancelling, lease_expired, running, "
+        "backoff, scheduled, no_worker or ready"
     )
     message: str
     data: dict[str, Any]
@@ -280,10 +290,16 @@ class PurgedOut(BaseModel):
     purged: int
 
 
+class RateOut(BaseModel):
+    n: int = Field(description="At most this many starts in each lane the rule names...")
+    per: float = Field(description="...in any window of this many seconds.")
+
+
 class LaneRuleOut(BaseModel):
     pattern: str
     limit: int
     on_dead: Literal["continue", "halt"]
+    rate: RateOut | None = Field(description="None: starts are not rate limited.")
 
 
 class LaneOut(BaseModel):

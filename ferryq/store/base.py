@@ -258,6 +258,15 @@ class PeriodicAdvance:
     last_job: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LaneWindow:
+    """The last starts of a lane with a rate (oldest first), and the last due time a
+    claim gave a job it deferred for the rate."""
+
+    starts: list[float]
+    deferred_until: float | None
+
+
 class Store(Protocol):
     """Persistence for jobs, workers and leadership. See the module docstring."""
 
@@ -439,6 +448,9 @@ class Store(Protocol):
 
     async def lane_ahead(self, namespace: str, lane: str, job_id: int) -> int:
         """How many waiting jobs of the lane are ahead of ``job_id``."""
+
+    async def lane_window(self, namespace: str, lane: str) -> LaneWindow:
+        """A lane's rate window as the last claim left it (empty if it has none)."""
 
     async def lane_list(self, namespace: str, limit: int) -> list[LaneInfo]:
         """Lanes with hot jobs, busiest first, and halted lanes."""

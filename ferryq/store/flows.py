@@ -1,5 +1,5 @@
 """Flows written once for every backend: cancel, dedup on insert, dependencies on
-insert, the lane listing, the counts merge, migrate.
+insert, the rate gate of a claim, the lane listing, the counts merge, migrate.
 
 A flow is an async function over a ``Session``: one transaction (or read snapshot)
 of one backend, which runs that backend's statement of a given name (its
@@ -39,7 +39,8 @@ STATEMENTS = (
     "job_counts", "job_delete", "job_dependencies_add", "job_dependencies_ended",
     "job_dependencies_hot", "job_find_unique_hot", "job_find_unique_recent",
     "job_get_history", "job_get_hot", "job_hold", "job_lock", "job_lock_unique",
-    "job_move_terminal", "job_request_cancel", "lane_halts", "lane_list", "lane_of_job",
+    "job_defer", "job_move_terminal", "job_request_cancel", "lane_halts", "lane_list",
+    "lane_of_job", "lane_unstarted", "lane_window_put", "lane_windows_lock",
     "migration_lock", "migration_record", "migration_table", "migration_versions",
     "schema_version",
 )  # fmt: skip
@@ -201,6 +202,55 @@ async def insert_after(
     after = json.dumps(list(job.after))
     await session.execute("job_dependencies_add", {"ids": created, "after": after})
     return inserted
+
+
+async def rate_gate(
+    session: Session, namespace: str, picked: Sequence[Row], now: float
+) -> tuple[list[int], bool]:
+    """Of the ready jobs a claim picked (rows of id, lane, started, in claim order,
+    locked against other claims), those that may start at ``now``, in that order, and
+    whether the namespace still has a rate at all. Jobs of lanes without a rate all
+    may. For each lane with one, its window is locked (PostgreSQL: its row, in key
+    order, so claims on every machine decide one after another) and :func:`lanes.gate`
+    decides; the jobs it defers go back to ``scheduled``, and the window is written."""
+    rules = await session.lane_rules(namespace)
+    rates: dict[str, lanes.Rate] = {}
+    for lane in {row[1] for row in picked} - {None}:
+        if (rate := lanes.rule_for(rules, lane).rate) is not None:
+            rates[lane] = rate
+    if not rates:
+        return [row[0] for row in picked], any(rule.rate for rule in rules)
+    keys = {"namespace": namespace, "lanes": json.dumps(sorted(rates))}
+    windows = {row[0]: row for row in await session.rows("lane_windows_lock", keys)}
+    unstarted: dict[str, list[lanes.Unstarted]] = {}
+    for lane, job_id, state, run_at in await session.rows("lane_unstarted", keys):
+        unstarted.setdefault(lane, []).append(lanes.Unstarted(job_id, State(state), run_at))
+    allowed: set[int] = set()
+    deferred: dict[int, float] = {}
+    for lane, rate in sorted(rates.items()):
+        mine = {row[0] for row in picked if row[1] == lane}
+        gated = lanes.gate(
+            rate,
+            json.loads(windows[lane][1]),
+            [lanes.Picked(row[0], bool(row[2])) for row in picked if row[1] == lane],
+            [u for u in unstarted.get(lane, ()) if u.id not in mine],
+            now,
+        )
+        allowed.update(gated.start)
+        deferred.update(gated.defer)
+        was = windows[lane][2]
+        until = max([*gated.starts, now]) + rate.per
+        deferred_until = max(
+            (t for t in (was, gated.deferred_until) if t is not None), default=None
+        )
+        await session.execute("lane_window_put", {
+            "namespace": namespace, "lane": lane, "starts": json.dumps(gated.starts),
+            "deferred_until": deferred_until, "until": max(until, deferred_until or 0.0),
+        })  # fmt: skip
+    if deferred:
+        defer = json.dumps([[job_id, due] for job_id, due in deferred.items()])
+        await session.execute("job_defer", {"defer": defer})
+    return [row[0] for row in picked if row[1] not in rates or row[0] in allowed], True
 
 
 async def lane_list(session: Session, namespace: str, limit: int) -> list[LaneInfo]:

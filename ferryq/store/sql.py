@@ -17,7 +17,16 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.store.base import Dependencies, Dependency, Finish, JobFilter, Leases, WorkerInfo
+from ferryq.lanes import LaneRule, Rate
+from ferryq.store.base import (
+    Dependencies,
+    Dependency,
+    Finish,
+    JobFilter,
+    LaneWindow,
+    Leases,
+    WorkerInfo,
+)
 
 JOB_COLUMNS = (
     "id", "namespace", "queue", "task", "args", "state", "lane", "priority", "run_at",
@@ -201,3 +210,24 @@ def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
         running=json.loads(row[8]),
         stats=json.loads(row[9]),
     )
+
+
+def lane_rate(n: int | None, per: float | None) -> Rate | None:
+    """A rule's rate from its two columns (both null: none)."""
+    return None if n is None or per is None else Rate(n, per)
+
+
+def rule_params(rule: LaneRule) -> dict[str, Any]:
+    """The columns of a lane rule, as ``lane_rule_set`` takes them."""
+    return {
+        "pattern": rule.pattern, "lane_limit": rule.limit, "on_dead": rule.on_dead,
+        "rate_n": None if rule.rate is None else rule.rate.n,
+        "rate_per": None if rule.rate is None else rule.rate.per,
+    }  # fmt: skip
+
+
+def lane_window(row: Sequence[Any] | None) -> LaneWindow:
+    """A ``lane_window`` row (starts as JSON text, deferred_until), or none."""
+    if row is None:
+        return LaneWindow([], None)
+    return LaneWindow([float(s) for s in json.loads(row[0])], row[1])

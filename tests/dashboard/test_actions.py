@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 import ferryq
 from ferryq.errors import JobNotFound
+from ferryq.lanes import LaneRule, Rate
 from tests.dashboard.conftest import Dash
 from tests.dashboard.story import fresh_namespace, run_all, tasks
 
@@ -111,6 +112,41 @@ def test_lane_rules_are_added_edited_and_removed(admin: Page, dash: Dash, app: f
     admin.locator('tr[data-rule="tenant:*"]').get_by_role("button", name="Remove").click()
     expect(admin.locator(".notice")).to_have_text("Lane rule removed.")
     assert app.lane_limits() == []
+
+
+@SQLITE_ONLY
+def test_a_lane_rate_is_set_shown_and_cleared(admin: Page, dash: Dash, app: ferryq.App) -> None:
+    admin.goto(dash.url(f"/ui/lanes?ns={app.namespace}"))
+    form = admin.locator("#add-rule")
+    form.locator("input[name=pattern]").fill("api:*")
+    form.locator("input[name=limit]").fill("2")
+    form.locator("input[name=rate_n]").fill("10")
+    form.locator("input[name=rate_per]").fill("2.5")
+    form.get_by_role("button", name="Add").click()
+    expect(admin.locator(".notice")).to_have_text("Lane rule saved.")
+    assert app.lane_limits() == [LaneRule("api:*", 2, "continue", Rate(10, 2.5))]
+    # The busiest lanes show each lane's rate; the rule's row keeps it when saved.
+    app.tasks["send"].options(lane="api:1").enqueue("a@example.com")
+    admin.reload()
+    expect(admin.locator('tr[data-lane="api:1"]')).to_contain_text("10 per 2.5 s")
+    row = admin.locator('tr[data-rule="api:*"]')
+    expect(row.locator("input[name=rate_n]")).to_have_value("10")
+    row.locator("input[name=limit]").fill("3")
+    row.get_by_role("button", name="Save").click()
+    expect(admin.locator(".notice")).to_have_text("Lane rule saved.")
+    assert app.lane_limits() == [LaneRule("api:*", 3, "continue", Rate(10, 2.5))]
+
+    row = admin.locator('tr[data-rule="api:*"]')
+    row.locator("input[name=rate_per]").fill("100000")  # over a day
+    row.get_by_role("button", name="Save").click()
+    expect(admin.locator(".error")).to_contain_text("rate's per")
+    assert app.lane_limits() == [LaneRule("api:*", 3, "continue", Rate(10, 2.5))]
+
+    row = admin.locator('tr[data-rule="api:*"]')
+    row.locator("input[name=rate_n]").fill("")
+    row.get_by_role("button", name="Save").click()
+    expect(admin.locator(".notice")).to_have_text("Lane rule saved.")
+    assert app.lane_limits() == [LaneRule("api:*", 3, "continue")]
 
 
 def test_a_halted_lane_is_released_by_respawning_its_dead_job(

@@ -593,10 +593,10 @@ def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     said = ok(ferryq("lanes", "limit", "tenant:*", "2", "--on-dead", "halt")).stdout
     assert "tenant:*: limit 2, on dead halt" in said
     set_reply = as_json(ferryq("lanes", "limit", "post:1", "3", "--json"))
-    assert set_reply == {"pattern": "post:1", "limit": 3, "on_dead": "continue"}
+    assert set_reply == {"pattern": "post:1", "limit": 3, "on_dead": "continue", "rate": None}
     assert rules(ferryq) == [
-        {"pattern": "post:1", "limit": 3, "on_dead": "continue"},
-        {"pattern": "tenant:*", "limit": 2, "on_dead": "halt"},
+        {"pattern": "post:1", "limit": 3, "on_dead": "continue", "rate": None},
+        {"pattern": "tenant:*", "limit": 2, "on_dead": "halt", "rate": None},
     ]
     listed = ok(ferryq("lanes", "limit")).stdout
     assert "tenant:*" in listed
@@ -606,7 +606,7 @@ def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     assert "tenant:acme: limit 2, on dead halt (rule tenant:*)" in shown
     assert as_json(ferryq("lanes", "limit", "tenant:acme", "--json")) == {
         "pattern": "tenant:acme",
-        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "halt"},
+        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "halt", "rate": None},
         "default": False,
     }
     assert "(the default)" in ok(ferryq("lanes", "limit", "post:2")).stdout
@@ -618,12 +618,37 @@ def test_lane_limits_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     assert [rule["pattern"] for rule in rules(ferryq)] == ["tenant:*"]
 
 
+def test_lane_rates_are_set_shown_and_cleared(ferryq_each: Run) -> None:
+    ferryq = ferryq_each
+    ok(ferryq("lanes", "limit", "api:*", "3", "--on-dead", "halt"))
+    said = ok(ferryq("lanes", "rate", "api:*", "10", "--per", "2")).stdout
+    assert "api:*: limit 3, on dead halt, rate 10 per 2 s" in said
+    rated = {"pattern": "api:*", "limit": 3, "on_dead": "halt", "rate": {"n": 10, "per": 2.0}}
+    assert rules(ferryq) == [rated]
+    assert "10 per 2 s" in ok(ferryq("lanes", "limit")).stdout
+    ok(ferryq("lanes", "limit", "api:*", "4"))  # a limit keeps the rate
+    assert rules(ferryq) == [{**rated, "limit": 4}]
+    assert as_json(ferryq("lanes", "rate", "new", "1", "--json"))["limit"] == 1
+    for bad, named in ((["api:*", "0"], "rate's n"), (["api:*", "1", "--per", "0"], "--per"),
+                       (["api:*"], "N or --clear"), (["api:*", "2", "--clear"], "N or --clear"),
+                       (["a*b", "2"], "may only end")):  # fmt: skip
+        result = ferryq("lanes", "rate", *bad)
+        assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
+        assert named in result.stderr.strip().splitlines()[-1]
+    assert rules(ferryq)[0] == {**rated, "limit": 4}
+    assert "limit 4, on dead halt" in ok(ferryq("lanes", "rate", "api:*", "--clear")).stdout
+    assert rules(ferryq)[0] == {**rated, "limit": 4, "rate": None}
+    assert "nothing changed" in ok(ferryq("lanes", "rate", "none:*", "--clear")).stdout
+
+
 def test_a_changed_lane_limit_keeps_its_policy(ferryq_each: Run) -> None:
     ferryq = ferryq_each
     ok(ferryq("lanes", "limit", "import:*", "1", "--on-dead", "halt"))
     assert "import:*: limit 2, on dead halt" in ok(ferryq("lanes", "limit", "import:*", "2")).stdout
     ok(ferryq("lanes", "limit", "import:*", "3", "--on-dead", "continue"))
-    assert rules(ferryq) == [{"pattern": "import:*", "limit": 3, "on_dead": "continue"}]
+    assert rules(ferryq) == [
+        {"pattern": "import:*", "limit": 3, "on_dead": "continue", "rate": None}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -650,7 +675,7 @@ def test_invalid_lane_limits_are_refused_and_change_nothing(
     assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stderr
     assert named in result.stderr.strip().splitlines()[-1]
-    assert rules(ferryq) == [{"pattern": "x", "limit": 5, "on_dead": "continue"}]
+    assert rules(ferryq) == [{"pattern": "x", "limit": 5, "on_dead": "continue", "rate": None}]
 
 
 def test_lanes_ls_and_explain_of_waiting_jobs(ferryq_each: Run) -> None:
@@ -666,7 +691,7 @@ def test_lanes_ls_and_explain_of_waiting_jobs(ferryq_each: Run) -> None:
     assert list(found) == ["tenant:a", "tenant:b"]  # busiest first
     assert found["tenant:a"] == {
         "lane": "tenant:a", "waiting": 2, "admitted": 2, "running": 0, "halted_by": None,
-        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "continue"},
+        "rule": {"pattern": "tenant:*", "limit": 2, "on_dead": "continue", "rate": None},
     }  # fmt: skip
     assert found["tenant:b"]["admitted"] == 1
     table = ok(ferryq("lanes", "ls")).stdout

@@ -123,6 +123,7 @@ def test_every_route_needs_a_token_of_some_namespace(v1: V1) -> None:
         ("POST", f"/jobs/{job_id}/cancel"), ("POST", f"/jobs/{job_id}/respawn"),
         ("POST", "/dead/respawn"), ("POST", "/dead/purge"), ("GET", "/lanes"),
         ("GET", "/lanes/limits"), ("PUT", "/lanes/limits"), ("DELETE", "/lanes/limits?pattern=a"),
+        ("PUT", "/lanes/rates"), ("DELETE", "/lanes/rates?pattern=a"),
         ("GET", "/stats"), ("GET", "/workers"),
     ]  # fmt: skip
     with httpx.Client(base_url=f"{v1.server.api}/v1") as anonymous:
@@ -567,24 +568,25 @@ def test_lanes_and_their_limits(v1: V1) -> None:
     lanes = v1.http.get("/lanes").json()["lanes"]
     assert lanes[0] == {"lane": "post:1", "waiting": 2, "admitted": 1, "running": 0,
                         "halted_by": None,
-                        "rule": {"pattern": "*", "limit": 1, "on_dead": "continue"}}  # fmt: skip
+                        "rule": {"pattern": "*", "limit": 1, "on_dead": "continue",
+                                 "rate": None}}  # fmt: skip
     assert [lane["lane"] for lane in lanes] == ["post:1", "post:2"]
     assert v1.http.get("/lanes", params={"limit": 1}).json()["lanes"] == lanes[:1]
 
     put = v1.http.put("/lanes/limits", json={"pattern": "post:*", "limit": 2})
     assert put.status_code == 200
-    assert put.json() == {"pattern": "post:*", "limit": 2, "on_dead": "continue"}
+    assert put.json() == {"pattern": "post:*", "limit": 2, "on_dead": "continue", "rate": None}
     assert v1.http.get("/lanes").json()["lanes"][0]["admitted"] == 2  # applied at once
     odd = "a/../b c?\n#"  # any lane name works: it travels in the body and the query
     put = v1.http.put("/lanes/limits", json={"pattern": odd, "limit": 3, "on_dead": "halt"})
-    assert put.json() == {"pattern": odd, "limit": 3, "on_dead": "halt"}
+    assert put.json() == {"pattern": odd, "limit": 3, "on_dead": "halt", "rate": None}
     assert v1.http.get("/lanes/limits").json() == {"limits": [
-        {"pattern": odd, "limit": 3, "on_dead": "halt"},
-        {"pattern": "post:*", "limit": 2, "on_dead": "continue"},
+        {"pattern": odd, "limit": 3, "on_dead": "halt", "rate": None},
+        {"pattern": "post:*", "limit": 2, "on_dead": "continue", "rate": None},
     ]}  # fmt: skip
     # A limit changed without a policy keeps the rule's (SPEC §19).
     put = v1.http.put("/lanes/limits", json={"pattern": odd, "limit": 4})
-    assert put.json() == {"pattern": odd, "limit": 4, "on_dead": "halt"}
+    assert put.json() == {"pattern": odd, "limit": 4, "on_dead": "halt", "rate": None}
     assert v1.http.delete("/lanes/limits", params={"pattern": odd}).status_code == 204
     refused(v1.http.delete("/lanes/limits", params={"pattern": odd}), 404)
     refused(v1.http.delete("/lanes/limits"), 422)
@@ -595,6 +597,33 @@ def test_lanes_and_their_limits(v1: V1) -> None:
     refused(limit("/lanes/limits", json={"pattern": "", "limit": 1}), 422)
     refused(limit("/lanes/limits", json={"limit": 1}), 422)
     assert [r["pattern"] for r in v1.http.get("/lanes/limits").json()["limits"]] == ["post:*"]
+
+
+def test_lane_rates_are_set_kept_and_cleared(v1: V1) -> None:
+    v1.http.put("/lanes/limits", json={"pattern": "api:*", "limit": 3, "on_dead": "halt"})
+    put = v1.http.put("/lanes/rates", json={"pattern": "api:*", "n": 5, "per": 2})
+    assert put.status_code == 200, put.text
+    rated = {"pattern": "api:*", "limit": 3, "on_dead": "halt", "rate": {"n": 5, "per": 2.0}}
+    assert put.json() == rated
+    # A changed limit keeps the rate; a changed rate keeps the limit (SPEC §19).
+    put = v1.http.put("/lanes/limits", json={"pattern": "api:*", "limit": 4})
+    assert put.json() == {**rated, "limit": 4}
+    assert v1.http.get("/lanes/limits").json() == {"limits": [{**rated, "limit": 4}]}
+    rate = v1.http.put
+    refused(rate("/lanes/rates", json={"pattern": "api:*", "n": 0}), 422)
+    refused(rate("/lanes/rates", json={"pattern": "api:*", "n": 1, "per": 0}), 422)
+    refused(rate("/lanes/rates", json={"pattern": "api:*", "n": 1, "per": "1"}), 422)
+    refused(rate("/lanes/rates", json={"pattern": "api:*", "n": 1, "extra": 1}), 422)
+    assert "only end" in refused(rate("/lanes/rates", json={"pattern": "a*b", "n": 1}), 400)
+    assert v1.http.get("/lanes/limits").json() == {"limits": [{**rated, "limit": 4}]}
+    cleared = v1.http.delete("/lanes/rates", params={"pattern": "api:*"})
+    assert cleared.json() == {**rated, "limit": 4, "rate": None}
+    refused(v1.http.delete("/lanes/rates", params={"pattern": "none:*"}), 404)
+    # A new rule made by a rate has limit 1.
+    assert rate("/lanes/rates", json={"pattern": "one", "n": 1, "per": 3600}).json()["limit"] == 1
+    first, second = v1.enqueue("noop", lane="one"), v1.enqueue("noop", lane="one")
+    assert v1.http.get(f"/jobs/{first}").json()["state"] == "ready"
+    assert v1.http.get(f"/jobs/{second}").json()["state"] == "waiting"
 
 
 def test_stats_count_the_namespace_jobs(v1: V1) -> None:
@@ -632,7 +661,7 @@ def test_openapi_documents_every_route_and_answer(server: ServerProcess) -> None
         schema = client.get("/openapi.json").json()
     routes = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
     assert {path for _, path in routes} >= {"/v1/jobs", "/v1/jobs/{job_id}/result", "/v1/stats"}
-    assert len([r for r in routes if r[1].startswith("/v1/")]) == 17
+    assert len([r for r in routes if r[1].startswith("/v1/")]) == 19
     for path, ops in schema["paths"].items():
         if not path.startswith("/v1/"):
             continue

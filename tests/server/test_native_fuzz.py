@@ -54,7 +54,7 @@ def test_native_api_answers_as_documented(server: ServerProcess) -> None:
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result
         operations.append(result.ok())
-    assert len(operations) == 17
+    assert len(operations) == 19
     runs = [
         (f"{operation.label} ({mode})", operation.as_strategy(generation_mode=mode), EXAMPLES)
         for operation in operations

@@ -11,7 +11,12 @@ from ferryq.lanes import (
     Held,
     LaneRule,
     LaneView,
+    Picked,
+    Rate,
+    Unstarted,
     check_rule,
+    gate,
+    next_start,
     plan,
     rule_for,
 )
@@ -90,3 +95,39 @@ def test_a_halted_lane_admits_nothing_and_steps_back_what_did_not_start() -> Non
     held = [Held(2, State.RUNNING, True, NOW, NOW), Held(3, State.READY, False, NOW, NOW)]
     result = plan(view(LaneRule("L", 3), held, [Candidate(4, NOW, NOW)], halted_by=1), NOW)
     assert result.admit == [] and result.demote == [3]
+
+
+# -- rates -----------------------------------------------------------------------------
+
+
+def test_the_gate_starts_what_the_window_has_room_for_and_defers_the_rest() -> None:
+    rate = Rate(3, 1.0)
+    picked = [Picked(i, started=False) for i in range(1, 6)]
+    gated = gate(rate, [NOW - 0.5], picked, [], NOW)
+    assert gated.start == [1, 2]
+    # Each deferred job is due when the window will have room, those before it counted.
+    assert gated.defer == {3: NOW + 0.5, 4: NOW + 1, 5: NOW + 1}
+    assert gated.starts == [NOW - 0.5, NOW, NOW]
+    assert gated.deferred_until == NOW + 1
+
+
+def test_the_gate_keeps_lane_order_behind_an_unstarted_job_it_did_not_pick() -> None:
+    rate = Rate(5, 1.0)
+    ready_ahead = gate(rate, [], [Picked(2, False)], [Unstarted(1, State.READY, NOW)], NOW)
+    assert (ready_ahead.start, ready_ahead.leave) == ([], [2])  # another claim holds job 1
+    later = Unstarted(1, State.SCHEDULED, NOW + 7)
+    deferred = gate(rate, [], [Picked(2, False)], [later], NOW)
+    assert deferred.defer == {2: NOW + 7}  # never before the job ahead of it
+    retry = gate(rate, [], [Picked(2, True)], [later], NOW)
+    assert retry.start == [2]  # a retry keeps no order
+
+
+def test_the_gate_counts_starts_by_claims_whose_clocks_run_ahead_or_behind() -> None:
+    rate = Rate(5, 1.0)
+    early = gate(rate, [], [Picked(i, False) for i in range(1, 4)], [], NOW)
+    ahead = gate(rate, early.starts, [Picked(i, False) for i in (4, 5)], [], NOW + 1.05)
+    assert ahead.start == [4, 5]
+    # A claim whose clock is 0.1 s behind still counts the three starts at NOW.
+    behind = gate(rate, ahead.starts, [Picked(6, False)], [], NOW + 0.95)
+    assert behind.start == []
+    assert next_start(ahead.starts, rate, NOW + 0.95) == NOW + 1  # the three leave it

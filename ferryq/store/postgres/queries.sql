@@ -103,6 +103,8 @@ WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
       AND (expires_at IS NULL OR expires_at > :now)
+      AND NOT EXISTS (SELECT FROM ferryq_lane_rules  -- a rate: see job_pick
+                      WHERE namespace = :namespace AND rate_n IS NOT NULL)
     ORDER BY order_time, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED))
@@ -116,6 +118,8 @@ WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
       AND (expires_at IS NULL OR expires_at > :now)
+      AND NOT EXISTS (SELECT FROM ferryq_lane_rules  -- a rate: see job_pick
+                      WHERE namespace = :namespace AND rate_n IS NOT NULL)
     ORDER BY order_time, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED))
@@ -419,15 +423,90 @@ SELECT DISTINCT namespace, lane FROM ferryq_history
 WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL;
 
 -- name: lane_rules
-SELECT namespace, pattern, lane_limit, on_dead FROM ferryq_lane_rules
+SELECT namespace, pattern, lane_limit, on_dead, rate_n, rate_per FROM ferryq_lane_rules
 WHERE namespace = ANY(:namespaces::text[])
 ORDER BY namespace, pattern COLLATE "C";
 
 -- name: lane_rule_set
-INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)
-VALUES (:namespace, :pattern, :lane_limit, :on_dead, :now)
+INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, rate_n, rate_per,
+                               updated_at)
+VALUES (:namespace, :pattern, :lane_limit, :on_dead, :rate_n::integer, :rate_per::float8, :now)
 ON CONFLICT (namespace, pattern) DO UPDATE SET lane_limit = excluded.lane_limit,
-    on_dead = excluded.on_dead, updated_at = excluded.updated_at;
+    on_dead = excluded.on_dead, rate_n = excluded.rate_n, rate_per = excluded.rate_per,
+    updated_at = excluded.updated_at;
+
+-- name: lane_rated
+-- Whether any rule of the namespace has a rate: its claims then go through the gate.
+SELECT EXISTS (SELECT FROM ferryq_lane_rules
+               WHERE namespace = :namespace AND rate_n IS NOT NULL);
+
+-- name: job_pick
+-- A claim's pick in a namespace with a rate: the ready jobs it would take, locked
+-- (SKIP LOCKED, as job_claim_queues), for the rate gate to decide on.
+SELECT id, lane, claimed_at IS NOT NULL AS started FROM ferryq_jobs
+WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY order_time, id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: lane_windows_lock
+-- The windows of these lanes, made if new, each row locked in key order: claims of one
+-- lane, from any machine, pass the gate one after another. Once it has the lock, the
+-- update reads the row as the claim before committed it.
+INSERT INTO ferryq_lane_windows (namespace, lane)
+SELECT :namespace, l FROM jsonb_array_elements_text(:lanes::text::jsonb) AS l ORDER BY l
+ON CONFLICT (namespace, lane) DO UPDATE SET namespace = excluded.namespace
+RETURNING lane, starts, deferred_until;
+
+-- name: lane_unstarted
+-- The admitted jobs of these lanes that have not started: at most a limit's worth each.
+-- Read after lane_windows_lock, in a snapshot of its own: what the claims before
+-- committed is seen.
+SELECT j.lane, j.id, j.state, j.run_at
+FROM jsonb_array_elements_text(:lanes::text::jsonb) AS l(lane)
+JOIN ferryq_jobs j ON j.namespace = :namespace AND j.lane = l.lane AND j.state <> 'waiting'
+WHERE j.state IN ('ready', 'scheduled') AND j.claimed_at IS NULL
+ORDER BY j.lane, j.id;
+
+-- name: lane_window_put
+UPDATE ferryq_lane_windows SET starts = :starts, deferred_until = :deferred_until::float8,
+    until = :until
+WHERE namespace = :namespace AND lane = :lane;
+
+-- name: job_defer
+-- Ready jobs a claim picked that its lane's rate does not let start yet: scheduled
+-- again, due when the window has room (:defer lists [id, due] pairs).
+UPDATE ferryq_jobs j SET state = 'scheduled', run_at = (d.v ->> 1)::float8
+FROM jsonb_array_elements(:defer::text::jsonb) AS d(v)
+WHERE j.id = (d.v ->> 0)::bigint AND j.state = 'ready';
+
+-- name: job_claim
+-- The jobs a claim picked (job_pick) that the rate gate let start.
+UPDATE ferryq_jobs j
+SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
+    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
+WHERE j.id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint)
+  AND j.state = 'ready'
+RETURNING {claim_columns};
+
+-- name: job_take_ids
+-- job_take of the jobs a pick locked and the rate gate let start (see job_claim).
+UPDATE ferryq_jobs j
+SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
+    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr::float8,
+    lease_until = :now::float8 + :ttr::float8, worker = :worker
+WHERE j.id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint)
+  AND j.state = 'ready'
+RETURNING {job_columns};
+
+-- name: lane_window
+-- A lane's window, for explain.
+SELECT starts, deferred_until FROM ferryq_lane_windows
+WHERE namespace = :namespace AND lane = :lane;
+
+-- name: lane_windows_prune
+DELETE FROM ferryq_lane_windows WHERE until < :before;
 
 -- name: lane_rule_delete
 DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
@@ -495,19 +574,20 @@ FROM unnest(:namespaces::text[], :lanes::text[], :limits::int[]) AS t(n, l, k);
 -- ones, each an index range of at most a limit's worth of rows. A job admitted
 -- behind an unstarted one gets that job's order time (and due time, when later than
 -- now and its own), so start order stays id order. Up to :budget lanes with nothing
--- unstarted ahead hand their next job, if due and in one of :take_queues, straight
--- to :worker ('take': admitted and claimed in one write). The last rows wake workers
+-- unstarted ahead and no rate hand their next job, if due and in one of :take_queues,
+-- straight to :worker ('take': admitted and claimed in one write). The last rows wake workers
 -- and, with :notify_done, result waiters.
 WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SELECT * FROM ferryq_lane_rules WHERE namespace = ANY(:namespaces::text[])
 ), l AS (
-    SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, h.held, h.floor_order, h.floor_due,
+    SELECT t.n, t.l, coalesce(r.lane_limit, 1) AS k, r.rate_n IS NOT NULL AS rated,
+        h.held, h.floor_order, h.floor_due,
         h.queue_min, h.queue_max,
         EXISTS (SELECT FROM ferryq_lane_halts x WHERE x.namespace = t.n AND x.lane = t.l)
             AS halted
     FROM unnest(:namespaces::text[], :lanes::text[]) AS t(n, l)
     LEFT JOIN LATERAL (
-        SELECT r.lane_limit FROM rules r
+        SELECT r.lane_limit, r.rate_n FROM rules r
         WHERE r.namespace = t.n
           AND (r.pattern = t.l OR (right(r.pattern, 1) = '*'
                AND left(t.l, length(r.pattern) - 1) = left(r.pattern, length(r.pattern) - 1)))
@@ -537,7 +617,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     -- the first step, ahead of it is the job of the step before. Nothing is admitted
     -- behind a job held by its dependencies (due at ferryq.job.HELD, 1e15).
     SELECT l.n, l.l, w.id, l.k - l.held, greatest(l.floor_order, w.order_time), l.floor_due,
-        l.floor_order IS NULL, w.run_at, w.queue, w.expires_at
+        l.floor_order IS NULL AND NOT l.rated, w.run_at, w.queue, w.expires_at
     FROM l CROSS JOIN LATERAL (
         SELECT f.id, f.run_at, f.order_time, f.queue, f.expires_at, f.namespace, f.lane
         FROM ferryq_jobs f
@@ -671,6 +751,8 @@ WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
       AND (expires_at IS NULL OR expires_at > :now)
+      AND NOT EXISTS (SELECT FROM ferryq_lane_rules  -- a rate: see job_pick
+                      WHERE namespace = :namespace AND rate_n IS NOT NULL)
     ORDER BY order_time, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED))

@@ -37,6 +37,7 @@ from ferryq.store.base import (
     Inserted,
     JobFilter,
     LaneInfo,
+    LaneWindow,
     Leases,
     NewJob,
     WorkerInfo,
@@ -51,8 +52,10 @@ from ferryq.store.sql import (
     dependencies_from_rows,
     held_leases,
     job_from_row,
+    lane_window,
     list_query,
     requeue_statement,
+    rule_params,
     worker_from_row,
 )
 from ferryq.turns import Turn, Turns
@@ -138,6 +141,9 @@ class PostgresStore(base.Store):
         self._faults = FaultLog(log)
         self._claims = Turns()
         self._dependency_trigger = False  # known to exist (prepare_dependencies)
+        # Namespaces last seen with a lane rate: their claims go through the gate at
+        # once (the plain claim's guard would find nothing for them first).
+        self._rated: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -555,7 +561,9 @@ class PostgresStore(base.Store):
     async def _finish(
         self, finishes: Sequence[Finish], taker: Taker | None, now: float = 0.0
     ) -> tuple[FinishReport, list[Claimed]]:
-        return await self._session(lambda conn: _finish_many(conn, finishes, taker, now))
+        return await self._session(
+            lambda conn: _finish_many(conn, finishes, taker, now, self._rated)
+        )
 
     async def job_finish_and_claim(
         self,
@@ -626,7 +634,7 @@ class PostgresStore(base.Store):
             # Each statement commits by itself: the promotion need not wait for the
             # claim, and two round trips fewer (BEGIN, COMMIT) is pickup latency saved.
             return await self._session(
-                lambda conn: _claim(conn, namespace, queues, limit, worker, now),
+                lambda conn: _claim(conn, namespace, queues, limit, worker, now, self._rated),
                 transaction=False,
             )
         finally:
@@ -771,8 +779,12 @@ class PostgresStore(base.Store):
             # Each statement commits by itself, as a claim's do.
             await _run(conn, Q["job_promote_due_queues"], namespace=namespace, queues=[queue],
                        now=now, limit=1000)  # fmt: skip
-            rows = await _run(conn, Q["job_take"], namespace=namespace, queue=queue,
-                              limit=limit, worker=worker, ttr=ttr, now=now)  # fmt: skip
+            params = {"limit": limit, "worker": worker, "ttr": ttr, "now": now}
+            rows: list[Any] = []
+            if namespace not in self._rated:
+                rows = await _run(conn, Q["job_take"], namespace=namespace, queue=queue, **params)
+            if not rows and await _rated(conn, namespace, self._rated):
+                rows = await _gated(conn, namespace, [queue], "job_take_ids", params, self._rated)
             return sorted(map(job_from_row, rows), key=lambda job: (job.order_time, job.id))
 
         return await self._session(take, transaction=False)
@@ -860,8 +872,8 @@ class PostgresStore(base.Store):
 
     async def lane_rule_set(self, namespace: str, rule: LaneRule, now: float) -> None:
         async def set_rule(conn: Conn) -> None:
-            await _run(conn, Q["lane_rule_set"], namespace=namespace, pattern=rule.pattern,
-                       lane_limit=rule.limit, on_dead=rule.on_dead, now=now)  # fmt: skip
+            await _run(conn, Q["lane_rule_set"], namespace=namespace, now=now,
+                       **rule_params(rule))  # fmt: skip
             await lanes.settle(_runner(conn), await _matching(conn, namespace, rule.pattern), now)
 
         await self._session(set_rule)
@@ -875,6 +887,10 @@ class PostgresStore(base.Store):
             return True
 
         return await self._session(delete)
+
+    async def lane_window(self, namespace: str, lane: str) -> LaneWindow:
+        rows = await self._fetch("lane_window", namespace=namespace, lane=lane)
+        return lane_window(rows[0] if rows else None)
 
     async def lane_view(self, namespace: str, lane: str) -> LaneView:
         found = await self._session(lambda conn: lanes.views(_runner(conn), [(namespace, lane)]))
@@ -927,6 +943,7 @@ class PostgresStore(base.Store):
             pruned = await partitions.prune(conn, before, limit)
             if pruned:
                 await _run(conn, Q["deps_prune"])
+            await _run(conn, Q["lane_windows_prune"], before=before)
             return pruned
 
         return await self._session(prune, transaction=False)
@@ -1140,29 +1157,71 @@ async def _insert_rows(run: lanes.Run, job: NewJob, args: Sequence[str]) -> list
 
 
 async def _claim(
-    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
-) -> list[Claimed]:
+    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
+    rated: set[str],
+) -> list[Claimed]:  # fmt: skip
     await _run(conn, Q["job_promote_due_queues"], namespace=namespace, queues=list(queues),
                now=now, limit=1000)  # fmt: skip
     if limit <= 0:  # freed lanes may take every slot: promoting is all there is to do
         return []
-    return await _claim_ready(conn, namespace, queues, limit, worker, now)
+    return await _claim_ready(conn, namespace, queues, limit, worker, now, rated)
 
 
 async def _claim_ready(
-    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float
-) -> list[Claimed]:
-    params = {"namespace": namespace, "limit": limit, "now": now, "worker": worker}
-    if len(queues) == 1:
-        rows = await _run(conn, Q["job_claim_queue"], queue=queues[0], **params)
-    else:
-        rows = await _run(conn, Q["job_claim_queues"], queues=list(queues), **params)
+    conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
+    rated: set[str],
+) -> list[Claimed]:  # fmt: skip
+    """The first ready jobs of ``queues``. The plain claim takes nothing in a namespace
+    with a lane rate (its guard): then, and at once for a namespace seen with one
+    (``rated``), the jobs are picked and pass the rate gate first (``_gated``)."""
+    params = {"limit": limit, "now": now, "worker": worker}
+    rows: list[Any] = []
+    if namespace not in rated:
+        if len(queues) == 1:
+            rows = await _run(conn, Q["job_claim_queue"], namespace=namespace, queue=queues[0],
+                              **params)  # fmt: skip
+        else:
+            rows = await _run(conn, Q["job_claim_queues"], namespace=namespace,
+                              queues=list(queues), **params)  # fmt: skip
+    if not rows and await _rated(conn, namespace, rated):
+        rows = await _gated(conn, namespace, queues, "job_claim", params, rated)
     return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
 
 
+async def _rated(conn: Conn, namespace: str, rated: set[str]) -> bool:
+    """Whether a rule of the namespace has a rate (remembered in ``rated``)."""
+    if namespace in rated:
+        return True
+    if (await _run(conn, Q["lane_rated"], namespace=namespace))[0][0]:
+        rated.add(namespace)
+        return True
+    return False
+
+
+async def _gated(
+    conn: Conn, namespace: str, queues: Sequence[str], statement: str, params: dict[str, Any],
+    rated: set[str],
+) -> list[Any]:  # fmt: skip
+    """Claim (``statement``: job_claim or job_take_ids) what the rate gate lets start of
+    the ready jobs picked, in a transaction (a savepoint in a finish's): the picked rows
+    stay locked until the gate's decisions commit with the claim."""
+    async with conn.transaction():
+        picked = await _run(conn, Q["job_pick"], namespace=namespace, queues=list(queues),
+                            limit=params["limit"], now=params["now"])  # fmt: skip
+        ids, still = await flows.rate_gate(ConnSession(conn), namespace, picked, params["now"])
+        if not still:
+            rated.discard(namespace)
+        if not ids:
+            return []
+        return await _run(conn, Q[statement], ids=json.dumps(ids), **{
+            k: v for k, v in params.items() if k != "limit"
+        })  # fmt: skip
+
+
 async def _finish_many(
-    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None, now: float = 0.0
-) -> tuple[FinishReport, list[Claimed]]:
+    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None, now: float = 0.0,
+    rated: set[str] | None = None,
+) -> tuple[FinishReport, list[Claimed]]:  # fmt: skip
     """Write ``finishes``; what freed lanes hand to ``taker``, and the ready jobs that
     make up the rest of its budget (claimed at ``now``), come back as claimed."""
     run = _runner(conn)
@@ -1207,8 +1266,9 @@ async def _finish_many(
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     if taker is not None and taker.budget > 0:
         # No lock is waited for: the claim skips rows others hold.
+        known = set() if rated is None else rated
         taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
-                                    taker.worker, now)  # fmt: skip
+                                    taker.worker, now, known)  # fmt: skip
     stale = [f.id for f in finishes if f.id not in done]
     return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 

@@ -321,14 +321,64 @@ SELECT id, namespace, lane FROM ferryq_jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND lane IS NOT NULL;
 
 -- name: lane_rules
-SELECT pattern, lane_limit, on_dead FROM ferryq_lane_rules WHERE namespace = :namespace
+SELECT pattern, lane_limit, on_dead, rate_n, rate_per FROM ferryq_lane_rules
+WHERE namespace = :namespace
 ORDER BY pattern;
 
 -- name: lane_rule_set
-INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, updated_at)
-VALUES (:namespace, :pattern, :lane_limit, :on_dead, :now)
+INSERT INTO ferryq_lane_rules (namespace, pattern, lane_limit, on_dead, rate_n, rate_per,
+                               updated_at)
+VALUES (:namespace, :pattern, :lane_limit, :on_dead, :rate_n, :rate_per, :now)
 ON CONFLICT (namespace, pattern) DO UPDATE SET lane_limit = excluded.lane_limit,
-    on_dead = excluded.on_dead, updated_at = excluded.updated_at;
+    on_dead = excluded.on_dead, rate_n = excluded.rate_n, rate_per = excluded.rate_per,
+    updated_at = excluded.updated_at;
+
+-- name: lane_rated
+-- Whether any rule of the namespace has a rate: its claims then go through the gate.
+SELECT EXISTS (SELECT 1 FROM ferryq_lane_rules
+               WHERE namespace = :namespace AND rate_n IS NOT NULL);
+
+-- name: job_picks
+-- The ready jobs a claim picked, as the rate gate reads them, in the order given.
+SELECT j.id, j.lane, j.claimed_at IS NOT NULL AS started
+FROM json_each(:ids) AS p JOIN ferryq_jobs j ON j.id = p.value
+ORDER BY p.key;
+
+-- name: lane_windows_lock
+-- The windows of these lanes, made if new. (SQLite's write lock is held.)
+INSERT INTO ferryq_lane_windows (namespace, lane)
+SELECT :namespace, value FROM json_each(:lanes) WHERE true
+ON CONFLICT (namespace, lane) DO UPDATE SET namespace = excluded.namespace
+RETURNING lane, starts, deferred_until;
+
+-- name: lane_unstarted
+-- The admitted jobs of these lanes that have not started: at most a limit's worth each.
+SELECT j.lane, j.id, j.state, j.run_at
+FROM json_each(:lanes) AS l JOIN ferryq_jobs j
+    ON j.namespace = :namespace AND j.lane = l.value AND j.state <> 'waiting'
+WHERE j.state IN ('ready', 'scheduled') AND j.claimed_at IS NULL
+ORDER BY j.lane, j.id;
+
+-- name: lane_window_put
+UPDATE ferryq_lane_windows SET starts = :starts, deferred_until = :deferred_until,
+    until = :until
+WHERE namespace = :namespace AND lane = :lane;
+
+-- name: job_defer
+-- Ready jobs a claim picked that its lane's rate does not let start yet: scheduled
+-- again, due when the window has room (:defer lists [id, due] pairs).
+UPDATE ferryq_jobs SET state = 'scheduled',
+    run_at = (SELECT json_extract(d.value, '$[1]') FROM json_each(:defer) AS d
+              WHERE json_extract(d.value, '$[0]') = ferryq_jobs.id)
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:defer)) AND state = 'ready';
+
+-- name: lane_window
+-- A lane's window, for explain.
+SELECT starts, deferred_until FROM ferryq_lane_windows
+WHERE namespace = :namespace AND lane = :lane;
+
+-- name: lane_windows_prune
+DELETE FROM ferryq_lane_windows WHERE until < :before;
 
 -- name: lane_rule_delete
 DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
@@ -480,6 +530,15 @@ SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = 
     started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
+
+-- name: job_take_ids
+-- job_take of the jobs a claim picked and the rate gate let start (see job_claim).
+UPDATE ferryq_jobs
+SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
+    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr, lease_until = :now + :ttr,
+    worker = :worker
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
+RETURNING {job_columns};
 
 -- name: job_take
 -- job_claim_queue for a consumer over HTTP: the lease is the consumer's ttr, which

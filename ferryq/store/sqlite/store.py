@@ -54,6 +54,7 @@ from ferryq.store.base import (
     Inserted,
     JobFilter,
     LaneInfo,
+    LaneWindow,
     Leases,
     NewJob,
     WorkerInfo,
@@ -65,8 +66,11 @@ from ferryq.store.sql import (
     dependencies_from_rows,
     held_leases,
     job_from_row,
+    lane_rate,
+    lane_window,
     list_query,
     requeue_statement,
+    rule_params,
     worker_from_row,
 )
 from ferryq.store.sqlite import wake
@@ -884,7 +888,12 @@ class SQLiteStore(base.Store):
 
         def take(conn: sqlite3.Connection) -> list[Job]:
             _promote(conn, namespace, [queue], now)
-            taken = [job_from_row(row) for row in conn.execute(Q["job_take"], params)]
+            if _rated(conn, namespace):
+                ids = _gate(conn, namespace, _pick_ready(conn, namespace, [queue], limit, now), now)
+                rows = conn.execute(Q["job_take_ids"], {**params, "ids": json.dumps(ids)})
+            else:
+                rows = conn.execute(Q["job_take"], params)
+            taken = [job_from_row(row) for row in rows]
             return sorted(taken, key=lambda job: (job.order_time, job.id))
 
         return await self._call(self._write, take)
@@ -975,8 +984,7 @@ class SQLiteStore(base.Store):
 
     async def lane_rule_set(self, namespace: str, rule: LaneRule, now: float) -> None:
         def set_rule(conn: sqlite3.Connection) -> None:
-            params = {"namespace": namespace, "pattern": rule.pattern, "lane_limit": rule.limit,
-                      "on_dead": rule.on_dead, "now": now}  # fmt: skip
+            params = {"namespace": namespace, "now": now, **rule_params(rule)}
             conn.execute(Q["lane_rule_set"], params)
             _settle(conn, _matching(conn, namespace, rule.pattern), now, limits_changed=True)
 
@@ -991,6 +999,13 @@ class SQLiteStore(base.Store):
             return True
 
         return await self._call(self._write, delete)
+
+    async def lane_window(self, namespace: str, lane: str) -> LaneWindow:
+        def window(conn: sqlite3.Connection) -> LaneWindow:
+            row = conn.execute(Q["lane_window"], {"namespace": namespace, "lane": lane}).fetchone()
+            return lane_window(row)
+
+        return await self._call(self._read, window)
 
     async def lane_view(self, namespace: str, lane: str) -> LaneView:
         def view(conn: sqlite3.Connection) -> LaneView:
@@ -1038,6 +1053,7 @@ class SQLiteStore(base.Store):
             pruned = conn.execute(Q["history_prune"], {"before": before, "limit": limit}).rowcount
             if pruned:
                 conn.execute(Q["deps_prune"])
+            conn.execute(Q["lane_windows_prune"], {"before": before})
             return pruned
 
         return await self._call(self._write, prune)
@@ -1338,17 +1354,34 @@ def _claim(
     now: float,
 ) -> list[Claimed]:
     _promote(conn, namespace, queues, now)
-    if len(queues) == 1:
+    rated = _rated(conn, namespace)
+    if len(queues) == 1 and not rated:
         params = {"namespace": namespace, "queue": queues[0], "limit": limit,
                   "now": now, "worker": worker}  # fmt: skip
         rows = conn.execute(Q["job_claim_queue"], params).fetchall()
     else:
         ids = _pick_ready(conn, namespace, queues, limit, now)
+        if rated:
+            ids = _gate(conn, namespace, ids, now)
         if not ids:
             return []
         params = {"ids": json.dumps(ids), "now": now, "worker": worker}
         rows = conn.execute(Q["job_claim"], params).fetchall()
     return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
+
+
+def _rated(conn: sqlite3.Connection, namespace: str) -> bool:
+    """Whether a rule of the namespace has a rate, so its claims pass the gate."""
+    return bool(conn.execute(Q["lane_rated"], {"namespace": namespace}).fetchone()[0])
+
+
+def _gate(conn: sqlite3.Connection, namespace: str, ids: list[int], now: float) -> list[int]:
+    """Of the picked ready jobs, those their lanes' rates let start now (the rest are
+    deferred: see ``flows.rate_gate``)."""
+    if not ids:
+        return []
+    picked = conn.execute(Q["job_picks"], {"ids": json.dumps(ids)}).fetchall()
+    return drive(flows.rate_gate(_Session(conn), namespace, picked, now))[0]
 
 
 def _promote(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], now: float) -> None:
@@ -1520,7 +1553,7 @@ def _settle(
             params = {"namespace": namespace, "lane": lane, "job_id": min(ids), "now": now}
             conn.execute(Q["lane_halt"], params)
     single = set() if limits_changed else {k for k in keys - dead.keys() if rule(*k).limit == 1}
-    taken = _next_of_single(conn, single, now, taker) if single else []
+    taken = _next_of_single(conn, single, now, taker, rule) if single else []
     admit: list[int] = []  # admitted with their own times: due now or scheduled
     take: list[int] = []
     for view in _views(conn, keys - single, rule):
@@ -1549,18 +1582,24 @@ def _settle(
 
 
 def _next_of_single(
-    conn: sqlite3.Connection, keys: set[tuple[str, str]], now: float, taker: lanes.Taker | None
+    conn: sqlite3.Connection,
+    keys: set[tuple[str, str]],
+    now: float,
+    taker: lanes.Taker | None,
+    rule: _RuleBook,
 ) -> list[Claimed]:
     """Settle lanes of limit 1, in a write or two per namespace: a lane that holds
     nothing now and is not halted admits its first waiting job, or hands it to
-    ``taker``. A lane that holds a job has no room and nothing to step back: no job of
-    it just died (a halt steps back what has not started), and any it holds over its
-    limit have started (the settle after a limit change stepped back the others)."""
+    ``taker`` unless it has a rate. A lane that holds a job has no room and nothing to
+    step back: no job of it just died (a halt steps back what has not started), and any
+    it holds over its limit have started (the settle after a limit change stepped back
+    the others)."""
     taken: list[Claimed] = []
     for namespace, names in _by_namespace(keys).items():
         left = names
-        if taker is not None and taker.budget > 0 and namespace == taker.namespace:
-            params = {"namespace": namespace, "lanes": json.dumps(names), "now": now,
+        unrated = [name for name in names if rule(namespace, name).rate is None]
+        if taker is not None and taker.budget > 0 and namespace == taker.namespace and unrated:
+            params = {"namespace": namespace, "lanes": json.dumps(unrated), "now": now,
                       "queues": json.dumps(list(taker.queues)), "worker": taker.worker,
                       "budget": taker.budget}  # fmt: skip
             claimed = [Claimed(*row) for row in conn.execute(Q["lane_take_next"], params)]
@@ -1621,7 +1660,10 @@ class _RuleBook:
 
 def _rules(conn: sqlite3.Connection, namespace: str) -> list[LaneRule]:
     rows = conn.execute(Q["lane_rules"], {"namespace": namespace})
-    return [LaneRule(pattern, limit, on_dead) for pattern, limit, on_dead in rows]
+    return [
+        LaneRule(pattern, limit, on_dead, lane_rate(n, per))
+        for pattern, limit, on_dead, n, per in rows
+    ]
 
 
 def _view(conn: sqlite3.Connection, namespace: str, lane: str, rule: LaneRule) -> LaneView:

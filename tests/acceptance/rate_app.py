@@ -1,0 +1,49 @@
+"""The lane rate test's task and worker process (tests/acceptance/test_lane_rates.py).
+
+python -m tests.acceptance.rate_app [--concurrency N]
+
+The App reads FERRYQ_URL. ``call`` writes one line when it starts, to
+``$FERRYQ_TEST_LOG_DIR/<pid>.log`` (one ``os.write`` on an ``O_APPEND`` descriptor):
+
+    S <job_id> <lane> <time.time()>
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+
+import ferryq
+
+app = ferryq.App(os.environ.get("FERRYQ_URL"))
+
+
+@app.task(max_tries=1)
+def call(ctx: ferryq.Context) -> None:
+    line = f"S {ctx.job_id} {ctx.lane} {time.time():.6f}\n"
+    path = os.path.join(os.environ["FERRYQ_TEST_LOG_DIR"], f"{os.getpid()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    # Run as __main__, this module's task would be registered under "__main__"; the
+    # worker must serve the name the test enqueues, that of the imported module.
+    from tests.acceptance import rate_app
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=8)
+    options = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    worker = ferryq.Worker(rate_app.app, concurrency=options.concurrency)
+    asyncio.run(worker.run())
+
+
+if __name__ == "__main__":
+    main()
