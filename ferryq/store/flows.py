@@ -40,7 +40,7 @@ STATEMENTS = (
     "job_dependencies_hot", "job_find_unique_hot", "job_find_unique_recent",
     "job_get_history", "job_get_hot", "job_hold", "job_lock", "job_lock_unique",
     "job_defer", "job_move_terminal", "job_request_cancel", "lane_halts", "lane_list",
-    "lane_of_job", "lane_unstarted", "lane_window_put", "lane_windows_lock",
+    "lane_of_job", "lane_unstarted", "lane_windows_lock", "lane_windows_put",
     "migration_lock", "migration_record", "migration_table", "migration_versions",
     "schema_version",
 )  # fmt: skip
@@ -206,13 +206,16 @@ async def insert_after(
 
 async def rate_gate(
     session: Session, namespace: str, picked: Sequence[Row], now: float
-) -> tuple[list[int], bool]:
+) -> tuple[list[int], bool | None]:
     """Of the ready jobs a claim picked (rows of id, lane, started, in claim order,
     locked against other claims), those that may start at ``now``, in that order, and
-    whether the namespace still has a rate at all. Jobs of lanes without a rate all
-    may. For each lane with one, its window is locked (PostgreSQL: its row, in key
-    order, so claims on every machine decide one after another) and :func:`lanes.gate`
-    decides; the jobs it defers go back to ``scheduled``, and the window is written."""
+    whether the namespace still has a rate at all (None: not read, as no job picked
+    is in a lane). Jobs of lanes without a rate all may. For each lane with one, its
+    window is locked (PostgreSQL: its row, in key order, so claims on every machine
+    decide one after another) and :func:`lanes.gate` decides; the jobs it defers go
+    back to ``scheduled``, and the windows are written."""
+    if all(row[1] is None for row in picked):  # no lane, no rate to keep
+        return [row[0] for row in picked], None
     rules = await session.lane_rules(namespace)
     rates: dict[str, lanes.Rate] = {}
     for lane in {row[1] for row in picked} - {None}:
@@ -227,6 +230,7 @@ async def rate_gate(
         unstarted.setdefault(lane, []).append(lanes.Unstarted(job_id, State(state), run_at))
     allowed: set[int] = set()
     deferred: dict[int, float] = {}
+    windows_after: list[list[Any]] = []  # [lane, starts, deferred_until, until]
     for lane, rate in sorted(rates.items()):
         mine = {row[0] for row in picked if row[1] == lane}
         gated = lanes.gate(
@@ -243,10 +247,11 @@ async def rate_gate(
         deferred_until = max(
             (t for t in (was, gated.deferred_until) if t is not None), default=None
         )
-        await session.execute("lane_window_put", {
-            "namespace": namespace, "lane": lane, "starts": json.dumps(gated.starts),
-            "deferred_until": deferred_until, "until": max(until, deferred_until or 0.0),
-        })  # fmt: skip
+        windows_after.append(
+            [lane, json.dumps(gated.starts), deferred_until, max(until, deferred_until or 0.0)]
+        )
+    windows = {"namespace": namespace, "windows": json.dumps(windows_after)}
+    await session.execute("lane_windows_put", windows)
     if deferred:
         defer = json.dumps([[job_id, due] for job_id, due in deferred.items()])
         await session.execute("job_defer", {"defer": defer})

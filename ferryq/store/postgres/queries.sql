@@ -469,10 +469,12 @@ JOIN ferryq_jobs j ON j.namespace = :namespace AND j.lane = l.lane AND j.state <
 WHERE j.state IN ('ready', 'scheduled') AND j.claimed_at IS NULL
 ORDER BY j.lane, j.id;
 
--- name: lane_window_put
-UPDATE ferryq_lane_windows SET starts = :starts, deferred_until = :deferred_until::float8,
-    until = :until
-WHERE namespace = :namespace AND lane = :lane;
+-- name: lane_windows_put
+-- The windows after a claim: :windows lists [lane, starts, deferred_until, until].
+UPDATE ferryq_lane_windows AS x SET starts = w.v ->> 1,
+    deferred_until = (w.v ->> 2)::float8, until = (w.v ->> 3)::float8
+FROM jsonb_array_elements(:windows::text::jsonb) AS w(v)
+WHERE x.namespace = :namespace AND x.lane = w.v ->> 0;
 
 -- name: job_defer
 -- Ready jobs a claim picked that its lane's rate does not let start yet: scheduled

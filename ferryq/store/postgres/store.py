@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import threading
 import time
 import urllib.parse
@@ -61,6 +62,8 @@ from ferryq.store.sql import (
 from ferryq.turns import Turn, Turns
 
 log = logging.getLogger("ferryq.store.postgres")
+#: How long a namespace seen with a lane rate claims through the gate without asking.
+RATED_FOR = 10.0
 T = TypeVar("T")
 Conn = Any  # asyncpg.Connection or a pooled proxy of one; asyncpg ships no types
 _TO_HISTORY = ("succeeded", "dead", "cancelled")
@@ -141,9 +144,7 @@ class PostgresStore(base.Store):
         self._faults = FaultLog(log)
         self._claims = Turns()
         self._dependency_trigger = False  # known to exist (prepare_dependencies)
-        # Namespaces last seen with a lane rate: their claims go through the gate at
-        # once (the plain claim's guard would find nothing for them first).
-        self._rated: set[str] = set()
+        self._rated = _Rated()
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -781,7 +782,7 @@ class PostgresStore(base.Store):
                        now=now, limit=1000)  # fmt: skip
             params = {"limit": limit, "worker": worker, "ttr": ttr, "now": now}
             rows: list[Any] = []
-            if namespace not in self._rated:
+            if not self._rated.known(namespace):
                 rows = await _run(conn, Q["job_take"], namespace=namespace, queue=queue, **params)
             if not rows and await _rated(conn, namespace, self._rated):
                 rows = await _gated(conn, namespace, [queue], "job_take_ids", params, self._rated)
@@ -1158,7 +1159,7 @@ async def _insert_rows(run: lanes.Run, job: NewJob, args: Sequence[str]) -> list
 
 async def _claim(
     conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
-    rated: set[str],
+    rated: _Rated,
 ) -> list[Claimed]:  # fmt: skip
     await _run(conn, Q["job_promote_due_queues"], namespace=namespace, queues=list(queues),
                now=now, limit=1000)  # fmt: skip
@@ -1169,14 +1170,14 @@ async def _claim(
 
 async def _claim_ready(
     conn: Conn, namespace: str, queues: Sequence[str], limit: int, worker: str, now: float,
-    rated: set[str],
+    rated: _Rated,
 ) -> list[Claimed]:  # fmt: skip
     """The first ready jobs of ``queues``. The plain claim takes nothing in a namespace
     with a lane rate (its guard): then, and at once for a namespace seen with one
     (``rated``), the jobs are picked and pass the rate gate first (``_gated``)."""
     params = {"limit": limit, "now": now, "worker": worker}
     rows: list[Any] = []
-    if namespace not in rated:
+    if not rated.known(namespace):
         if len(queues) == 1:
             rows = await _run(conn, Q["job_claim_queue"], namespace=namespace, queue=queues[0],
                               **params)  # fmt: skip
@@ -1188,19 +1189,36 @@ async def _claim_ready(
     return sorted((Claimed(*row) for row in rows), key=lambda c: (c.order_time, c.id))
 
 
-async def _rated(conn: Conn, namespace: str, rated: set[str]) -> bool:
+class _Rated:
+    """The namespaces seen with a lane rate in the last ``RATED_FOR`` seconds: their
+    claims go to the gate at once (the plain claim's guard finds nothing for them
+    first). A namespace whose rates are gone claims plainly again after that."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+
+    def known(self, namespace: str) -> bool:
+        return self._seen.get(namespace, -math.inf) > time.monotonic() - RATED_FOR
+
+    def saw(self, namespace: str, rated: bool) -> None:
+        if rated:
+            self._seen[namespace] = time.monotonic()
+        else:
+            self._seen.pop(namespace, None)
+
+
+async def _rated(conn: Conn, namespace: str, rated: _Rated) -> bool:
     """Whether a rule of the namespace has a rate (remembered in ``rated``)."""
-    if namespace in rated:
+    if rated.known(namespace):
         return True
-    if (await _run(conn, Q["lane_rated"], namespace=namespace))[0][0]:
-        rated.add(namespace)
-        return True
-    return False
+    found = bool((await _run(conn, Q["lane_rated"], namespace=namespace))[0][0])
+    rated.saw(namespace, found)
+    return found
 
 
 async def _gated(
     conn: Conn, namespace: str, queues: Sequence[str], statement: str, params: dict[str, Any],
-    rated: set[str],
+    rated: _Rated,
 ) -> list[Any]:  # fmt: skip
     """Claim (``statement``: job_claim or job_take_ids) what the rate gate lets start of
     the ready jobs picked, in a transaction (a savepoint in a finish's): the picked rows
@@ -1209,8 +1227,8 @@ async def _gated(
         picked = await _run(conn, Q["job_pick"], namespace=namespace, queues=list(queues),
                             limit=params["limit"], now=params["now"])  # fmt: skip
         ids, still = await flows.rate_gate(ConnSession(conn), namespace, picked, params["now"])
-        if not still:
-            rated.discard(namespace)
+        if still is not None:
+            rated.saw(namespace, still)
         if not ids:
             return []
         return await _run(conn, Q[statement], ids=json.dumps(ids), **{
@@ -1220,7 +1238,7 @@ async def _gated(
 
 async def _finish_many(
     conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None, now: float = 0.0,
-    rated: set[str] | None = None,
+    rated: _Rated | None = None,
 ) -> tuple[FinishReport, list[Claimed]]:  # fmt: skip
     """Write ``finishes``; what freed lanes hand to ``taker``, and the ready jobs that
     make up the rest of its budget (claimed at ``now``), come back as claimed."""
@@ -1266,7 +1284,7 @@ async def _finish_many(
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     if taker is not None and taker.budget > 0:
         # No lock is waited for: the claim skips rows others hold.
-        known = set() if rated is None else rated
+        known = _Rated() if rated is None else rated
         taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
                                     taker.worker, now, known)  # fmt: skip
     stale = [f.id for f in finishes if f.id not in done]

@@ -78,7 +78,7 @@ WHERE d.job_id = :id ORDER BY d.pos;
 -- name: job_claim_ids
 -- Walks ferryq_jobs_ready in order; the expiry check only skips rows that the
 -- maintenance leader has not expired yet.
-SELECT id, order_time FROM ferryq_jobs
+SELECT order_time, id, lane, claimed_at IS NOT NULL AS started FROM ferryq_jobs
 WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
   AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY order_time, id
@@ -338,12 +338,6 @@ ON CONFLICT (namespace, pattern) DO UPDATE SET lane_limit = excluded.lane_limit,
 SELECT EXISTS (SELECT 1 FROM ferryq_lane_rules
                WHERE namespace = :namespace AND rate_n IS NOT NULL);
 
--- name: job_picks
--- The ready jobs a claim picked, as the rate gate reads them, in the order given.
-SELECT j.id, j.lane, j.claimed_at IS NOT NULL AS started
-FROM json_each(:ids) AS p JOIN ferryq_jobs j ON j.id = p.value
-ORDER BY p.key;
-
 -- name: lane_windows_lock
 -- The windows of these lanes, made if new. (SQLite's write lock is held.)
 INSERT INTO ferryq_lane_windows (namespace, lane)
@@ -353,24 +347,32 @@ RETURNING lane, starts, deferred_until;
 
 -- name: lane_unstarted
 -- The admitted jobs of these lanes that have not started: at most a limit's worth each.
+-- CROSS JOIN keeps the lanes the outer loop: an index range of each lane, not a walk
+-- through every admitted job of the namespace.
 SELECT j.lane, j.id, j.state, j.run_at
-FROM json_each(:lanes) AS l JOIN ferryq_jobs j
-    ON j.namespace = :namespace AND j.lane = l.value AND j.state <> 'waiting'
-WHERE j.state IN ('ready', 'scheduled') AND j.claimed_at IS NULL
+FROM json_each(:lanes) AS l CROSS JOIN ferryq_jobs j INDEXED BY ferryq_jobs_lane_held
+WHERE j.namespace = :namespace AND j.lane = l.value AND j.lane IS NOT NULL
+  AND j.state <> 'waiting' AND j.state IN ('ready', 'scheduled') AND j.claimed_at IS NULL
 ORDER BY j.lane, j.id;
 
--- name: lane_window_put
-UPDATE ferryq_lane_windows SET starts = :starts, deferred_until = :deferred_until,
-    until = :until
-WHERE namespace = :namespace AND lane = :lane;
+-- name: lane_windows_put
+-- The windows after a claim: :windows lists [lane, starts, deferred_until, until]. An
+-- upsert, so that each goes by the primary key (an UPDATE ... FROM json_each scanned
+-- every window for each one).
+INSERT INTO ferryq_lane_windows (namespace, lane, starts, deferred_until, until)
+SELECT :namespace, json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+    json_extract(value, '$[2]'), json_extract(value, '$[3]')
+FROM json_each(:windows) WHERE true
+ON CONFLICT (namespace, lane) DO UPDATE SET starts = excluded.starts,
+    deferred_until = excluded.deferred_until, until = excluded.until;
 
 -- name: job_defer
 -- Ready jobs a claim picked that its lane's rate does not let start yet: scheduled
 -- again, due when the window has room (:defer lists [id, due] pairs).
-UPDATE ferryq_jobs SET state = 'scheduled',
-    run_at = (SELECT json_extract(d.value, '$[1]') FROM json_each(:defer) AS d
-              WHERE json_extract(d.value, '$[0]') = ferryq_jobs.id)
-WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:defer)) AND state = 'ready';
+UPDATE ferryq_jobs SET state = 'scheduled', run_at = d.due
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS due
+      FROM json_each(:defer)) AS d
+WHERE ferryq_jobs.id = d.id AND ferryq_jobs.state = 'ready';
 
 -- name: lane_window
 -- A lane's window, for explain.

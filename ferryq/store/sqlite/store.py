@@ -1360,9 +1360,8 @@ def _claim(
                   "now": now, "worker": worker}  # fmt: skip
         rows = conn.execute(Q["job_claim_queue"], params).fetchall()
     else:
-        ids = _pick_ready(conn, namespace, queues, limit, now)
-        if rated:
-            ids = _gate(conn, namespace, ids, now)
+        picked = _pick_ready(conn, namespace, queues, limit, now)
+        ids = _gate(conn, namespace, picked, now) if rated else [row[0] for row in picked]
         if not ids:
             return []
         params = {"ids": json.dumps(ids), "now": now, "worker": worker}
@@ -1375,12 +1374,13 @@ def _rated(conn: sqlite3.Connection, namespace: str) -> bool:
     return bool(conn.execute(Q["lane_rated"], {"namespace": namespace}).fetchone()[0])
 
 
-def _gate(conn: sqlite3.Connection, namespace: str, ids: list[int], now: float) -> list[int]:
+def _gate(
+    conn: sqlite3.Connection, namespace: str, picked: list[tuple[int, str | None, bool]], now: float
+) -> list[int]:
     """Of the picked ready jobs, those their lanes' rates let start now (the rest are
     deferred: see ``flows.rate_gate``)."""
-    if not ids:
+    if not picked:
         return []
-    picked = conn.execute(Q["job_picks"], {"ids": json.dumps(ids)}).fetchall()
     return drive(flows.rate_gate(_Session(conn), namespace, picked, now))[0]
 
 
@@ -1393,21 +1393,20 @@ def _promote(conn: sqlite3.Connection, namespace: str, queues: Sequence[str], no
 
 def _pick_ready(
     conn: sqlite3.Connection, namespace: str, queues: Sequence[str], limit: int, now: float
-) -> list[int]:
-    """Ids of the first ``limit`` ready jobs across ``queues``, in claim order.
+) -> list[tuple[int, str | None, bool]]:
+    """The first ``limit`` ready jobs across ``queues``, in claim order: (id, lane,
+    started), as the rate gate reads them.
 
     One index range per queue, merged here: a single query over ``queue IN (…)`` would
     make SQLite sort the whole backlog.
     """
-    candidates: list[tuple[float, int]] = []
+    candidates: list[tuple[float, int, str | None, bool]] = []
     for queue in queues:
         params = {"namespace": namespace, "queue": queue, "now": now, "limit": limit}
-        candidates.extend(
-            (order, job_id) for job_id, order in conn.execute(Q["job_claim_ids"], params)
-        )
+        candidates.extend(conn.execute(Q["job_claim_ids"], params))
     if len(queues) > 1:
-        candidates.sort()
-    return [job_id for _, job_id in candidates[:limit]]
+        candidates.sort(key=lambda row: (row[0], row[1]))
+    return [(job_id, lane, bool(started)) for _, job_id, lane, started in candidates[:limit]]
 
 
 def _finish_many(
