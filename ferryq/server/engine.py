@@ -242,8 +242,9 @@ class Engine:
 
     async def _jobs_round(self, prompted: bool) -> float | None:
         """Look for the consumers whose queues have work; the time the next delayed job
-        of their queues comes due. A read per queue, not a take per consumer: a write
-        elsewhere seldom concerns them all."""
+        of their queues comes due, or now when a consumer was answered (see below). A
+        read per queue, not a take per consumer: a write elsewhere seldom concerns them
+        all."""
         if prompted and self._consuming.waiters:
             # The store reports the write again until a take (or claim) has looked:
             # the longest waiting consumer's. What commits after it starts is news.
@@ -251,6 +252,11 @@ class Engine:
         ready, next_due = await self._queues_with_work(self.now())
         consumers = [c for c in self._consuming.waiters if not ready.isdisjoint(c.queue_keys())]
         await asyncio.gather(*(self._look_for_jobs(consumer) for consumer in consumers))
+        if any(consumer.answer.done() for consumer in consumers):
+            # Each take marks the writes so far as seen, its own queue's and the others'
+            # alike: a job enqueued into a queue read earlier in this round, while a
+            # later take ran, would wait for the next recheck. Look once more, now.
+            return self.now()
         return next_due
 
     async def _queues_with_work(self, now: float) -> tuple[set[tuple[str, str]], float | None]:
