@@ -24,16 +24,13 @@ cluster made durable (bench/pg_cluster.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import pathlib
-import tempfile
-from collections import defaultdict
 
 import ferryq
 from bench import ferryq_runs as runs
-from bench.lanes import Databases, sqlite_databases
-from bench.pg_cluster import cluster
-from tests.pg import fresh_database
+from bench import settings
+from bench.lanes import Databases
 
 NEVER_BINDS = (10_000, 0.001)  # n, per
 
@@ -48,7 +45,7 @@ def rated(url: str, pattern: str) -> None:
 
 
 def one_round(
-    databases: Databases, options: argparse.Namespace, workdir: pathlib.Path
+    databases: Databases, workdir: pathlib.Path, options: argparse.Namespace
 ) -> dict[str, float]:
     found: dict[str, float] = {}
     for with_rate in (False, True):
@@ -84,21 +81,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--lanes", type=int, default=4_000)
     options = parser.parse_args()
-    results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    with tempfile.TemporaryDirectory(prefix="ferryq-bench-") as tmp:
-        workdir = pathlib.Path(tmp)
-        setups: list[tuple[str, Databases]] = []
-        with contextlib.ExitStack() as stack:
-            if options.backend in ("sqlite", "both"):
-                setups.append(("SQLite NORMAL", sqlite_databases(workdir, "")))
-                setups.append(("SQLite FULL", sqlite_databases(workdir, "?synchronous=full")))
-            if options.backend in ("postgres", "both"):
-                pg = stack.enter_context(cluster())
-                setups.append(("PostgreSQL, durable", lambda: fresh_database(pg)))
-            for _ in range(options.rounds):
-                for name, databases in setups:
-                    for measure, value in one_round(databases, options, workdir).items():
-                        results[name][measure].append(value)
+    one = functools.partial(one_round, options=options)
+    results = settings.measure(options.backend, options.rounds, one)
     for name, figures in results.items():
         report(name, figures, options)
 

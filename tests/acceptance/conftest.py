@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -84,6 +86,19 @@ def _workers(url: str, tmp_path: Path) -> Iterator[Workers]:
     group = Workers(url, log_dir)
     yield group
     group.close()
+
+
+@contextlib.contextmanager
+def write_lock(path: str) -> Iterator[None]:
+    """SQLite's write lock on the file at ``path``, held by a connection of this
+    process (another process, to the workers) until the block ends."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def fifos(folder: Path, *names: str) -> list[Path]:

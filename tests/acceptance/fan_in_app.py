@@ -19,6 +19,7 @@ import random
 import time
 
 import ferryq
+from tests.acceptance.worker_log import log_line
 
 app = ferryq.App(os.environ.get("FERRYQ_URL"))
 TTR = 1.5  # seconds: a killed attempt is recovered about this long after its worker died
@@ -34,13 +35,7 @@ async def member(n: int) -> int:
 @app.task(ttr=TTR, max_tries=MAX_TRIES)
 def album(ctx: ferryq.Context, results: list[int | None]) -> int:
     total = sum(r for r in results if r is not None)
-    line = f"C {ctx.job_id} {ctx.attempt} {ctx.fence} {len(results)} {total} {time.time():.6f}\n"
-    path = os.path.join(os.environ["FERRYQ_TEST_LOG_DIR"], f"{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    log_line(f"C {ctx.job_id} {ctx.attempt} {ctx.fence} {len(results)} {total} {time.time():.6f}")
     return total
 
 

@@ -17,19 +17,14 @@ import os
 import time
 
 import ferryq
+from tests.acceptance.worker_log import log_line
 
 app = ferryq.App(os.environ.get("FERRYQ_URL"))
 
 
 @app.task(max_tries=1)
 def call(ctx: ferryq.Context) -> None:
-    line = f"S {ctx.job_id} {ctx.lane} {time.time():.6f}\n"
-    path = os.path.join(os.environ["FERRYQ_TEST_LOG_DIR"], f"{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    log_line(f"S {ctx.job_id} {ctx.lane} {time.time():.6f}")
 
 
 def main() -> None:

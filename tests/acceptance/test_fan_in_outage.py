@@ -14,16 +14,13 @@ traceback.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
 import ferryq
-from tests.acceptance.conftest import Workers
+from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.fan_in_app import MAX_TRIES, TTR, album, member
 from tests.pg import LocalCluster, PgCluster
 from tests.server.harness import wait_until
@@ -39,17 +36,6 @@ PROCESSES = 3
 def most_in_any_window(times: list[float], per: float) -> int:
     ordered = sorted(times)
     return max(bisect.bisect_left(ordered, t + per) - i for i, t in enumerate(ordered))
-
-
-@contextlib.contextmanager
-def _write_lock(path: str) -> Iterator[None]:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        yield
-        conn.execute("ROLLBACK")
-    finally:
-        conn.close()
 
 
 def _enqueue(url: str) -> tuple[list[int], int, list[int]]:
@@ -84,7 +70,7 @@ def _succeeded(url: str) -> int:
 
 def _outage(workers: Workers, cluster: PgCluster | None) -> None:
     if cluster is None:
-        with _write_lock(workers.url.removeprefix("sqlite:///")):
+        with write_lock(workers.url.removeprefix("sqlite:///")):
             time.sleep(OUTAGE)  # the lock held
         return
     cluster.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 
 import ferryq
 from ferryq.worker.runner import EXIT_STUCK
-from tests.acceptance.conftest import Workers
+from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.tasks import stuck, work, work_async
 from tests.pg import LocalCluster, PgCluster
 from tests.server.harness import wait_until
@@ -149,7 +148,7 @@ def test_sqlite_write_lock_held_15_s_by_another_process(workers: Workers) -> Non
     handles = enqueue(app, outage=15)
     start_workers(workers)
     wait_for_attempts(workers, 20)
-    with _write_lock(workers.url.removeprefix("sqlite:///")):
+    with write_lock(workers.url.removeprefix("sqlite:///")):
         cut_at = time.time()
         time.sleep(15)  # the lock held
         back_at = time.time()
@@ -157,17 +156,6 @@ def test_sqlite_write_lock_held_15_s_by_another_process(workers: Workers) -> Non
     assert_stopped_within_lease(all_runs, cut_at, back_at)
     assert not rerun_after_done(all_runs), "jobs that finished during the lock ran again"
     app.close()
-
-
-@contextlib.contextmanager
-def _write_lock(path: str) -> Iterator[None]:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        yield
-        conn.execute("ROLLBACK")
-    finally:
-        conn.close()
 
 
 def test_postgres_out_of_connections_under_5_workers(pg_workers: Workers) -> None:
@@ -216,7 +204,7 @@ def test_a_worker_that_cannot_stop_an_attempt_exits_before_its_lease_passes(
     proc = workers.start("--defaults")
     wait_until(lambda: any(line.startswith("started ") for line in workers.log_lines()),
                within=30, what="the attempt started")  # fmt: skip
-    with _write_lock(workers.url.removeprefix("sqlite:///")):
+    with write_lock(workers.url.removeprefix("sqlite:///")):
         cut_at = time.time()
         # Its handler sits in time.sleep(60), where no interruption reaches it: the
         # worker exits rather than let the lease pass while it still runs.

@@ -1,5 +1,5 @@
-"""The benchmarks of lanes, of history counts and of worker processes still run end to
-end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes, dependencies, rates, history counts and worker processes
+still run end to end: tiny sizes, one round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -38,6 +38,19 @@ def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> Non
         section = output.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
         for row in ("drain, jobs/s", "pickup p99, ms", "enqueue, batches of 100, jobs/s"):
             assert row in section, section
+
+
+def test_the_dependencies_and_rates_benchmarks_run_on_every_setting(
+    pg_cluster: PgCluster,
+) -> None:
+    dependencies = run_bench("dependencies", ["--rounds", "1", "--members", "100",
+                                              "--singles", "20"], pg_cluster)  # fmt: skip
+    rates = run_bench("rates", ["--rounds", "1", "--jobs", "200", "--lanes", "20"], pg_cluster)
+    for setting in ("SQLite NORMAL", "SQLite FULL", "PostgreSQL, durable"):
+        section = dependencies.split(f"{setting}: medians of 1 rounds")[1].split("\n\n")[0]
+        assert "fan-in of 100: s to the callback" in section, section
+        section = rates.split(f"{setting}: medians of 1 rounds")[1].split("\n\n")[0]
+        assert "200 jobs over 20 lanes" in section and "200 jobs in no lane" in section, section
 
 
 def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:

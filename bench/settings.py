@@ -1,0 +1,40 @@
+"""The settings users run, measured side by side: SQLite at ferryq's default (NORMAL)
+and at FULL, and PostgreSQL durable (FERRYQ_BENCH_PG_URL, or a throwaway cluster made
+durable: bench/pg_cluster.py). Rounds alternate between them, so that noise of the
+machine spreads over all three."""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+
+from bench.lanes import Databases, sqlite_databases
+from bench.pg_cluster import cluster
+from tests.pg import fresh_database
+
+Figures = dict[str, dict[str, list[float]]]  # setting -> measure -> one value per round
+OneRound = Callable[[Databases, pathlib.Path], dict[str, float]]
+
+
+def measure(backend: str, rounds: int, one_round: OneRound) -> Figures:
+    """``one_round`` on each setting of ``backend`` (sqlite, postgres or both),
+    ``rounds`` times; each round gets fresh databases from its ``Databases``."""
+    results: Figures = defaultdict(lambda: defaultdict(list))
+    with tempfile.TemporaryDirectory(prefix="ferryq-bench-") as tmp:
+        workdir = pathlib.Path(tmp)
+        setups: list[tuple[str, Databases]] = []
+        with contextlib.ExitStack() as stack:
+            if backend in ("sqlite", "both"):
+                setups.append(("SQLite NORMAL", sqlite_databases(workdir, "")))
+                setups.append(("SQLite FULL", sqlite_databases(workdir, "?synchronous=full")))
+            if backend in ("postgres", "both"):
+                pg = stack.enter_context(cluster())
+                setups.append(("PostgreSQL, durable", lambda: fresh_database(pg)))
+            for _ in range(rounds):
+                for name, databases in setups:
+                    for key, value in one_round(databases, workdir).items():
+                        results[name][key].append(value)
+    return results
