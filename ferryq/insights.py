@@ -169,8 +169,9 @@ async def explain(store: Store, job_id: int, now: float) -> Explanation:
 
 
 async def _explain_rated(store: Store, job: Job, now: float) -> Explanation | None:
-    """ "rate limited until T" for a job of a lane with a rate, due but the window full,
-    or deferred by a claim for the window (not a delay or a backoff of its own)."""
+    """Explain "rate limited until T" for a job of a lane with a rate: due, but the
+    window is full; or deferred by a claim for the window (not a delay or a backoff of
+    its own)."""
     assert job.lane is not None
     rate = lanes.rule_for(await store.lane_rules(job.namespace), job.lane).rate
     if rate is None:
