@@ -228,16 +228,20 @@ async def rate_gate(
     unstarted: dict[str, list[lanes.Unstarted]] = {}
     for lane, job_id, state, run_at in await session.rows("lane_unstarted", keys):
         unstarted.setdefault(lane, []).append(lanes.Unstarted(job_id, State(state), run_at))
+    mine: dict[str, list[lanes.Picked]] = {}  # each lane's picked jobs, in claim order
+    for job_id, lane, started in picked:
+        if lane in rates:
+            mine.setdefault(lane, []).append(lanes.Picked(job_id, bool(started)))
     allowed: set[int] = set()
     deferred: dict[int, float] = {}
     windows_after: list[list[Any]] = []  # [lane, starts, deferred_until, until]
     for lane, rate in sorted(rates.items()):
-        mine = {row[0] for row in picked if row[1] == lane}
+        ids = {job.id for job in mine[lane]}
         gated = lanes.gate(
             rate,
             json.loads(windows[lane][1]),
-            [lanes.Picked(row[0], bool(row[2])) for row in picked if row[1] == lane],
-            [u for u in unstarted.get(lane, ()) if u.id not in mine],
+            mine[lane],
+            [u for u in unstarted.get(lane, ()) if u.id not in ids],
             now,
         )
         allowed.update(gated.start)
@@ -250,8 +254,8 @@ async def rate_gate(
         windows_after.append(
             [lane, json.dumps(gated.starts), deferred_until, max(until, deferred_until or 0.0)]
         )
-    windows = {"namespace": namespace, "windows": json.dumps(windows_after)}
-    await session.execute("lane_windows_put", windows)
+    written = {"namespace": namespace, "windows": json.dumps(windows_after)}
+    await session.execute("lane_windows_put", written)
     if deferred:
         defer = json.dumps([[job_id, due] for job_id, due in deferred.items()])
         await session.execute("job_defer", {"defer": defer})
