@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -325,6 +326,17 @@ class Operations:
         self.signals.ready()  # a higher limit admits jobs at once
         return rule
 
+    async def set_lane_rule(
+        self, namespace: str, pattern: str, limit: int, on_dead: str | None, rate: lanes.Rate | None
+    ) -> LaneRule:
+        """Set a rule's limit, policy (None: kept, as by ``set_lane_limit``) and rate
+        (checked by ``lanes.check_rate``; None: none) in one write: the dashboard's form."""
+        rules = await self.store.lane_rules(namespace)
+        rule = dataclasses.replace(lanes.changed_rule(rules, pattern, limit, on_dead), rate=rate)
+        await self.store.lane_rule_set(namespace, rule, self.clock())
+        self.signals.ready()
+        return rule
+
     async def set_lane_rate(
         self, namespace: str, pattern: str, n: int, per: float = 1.0
     ) -> LaneRule:
@@ -338,7 +350,9 @@ class Operations:
 
     async def clear_lane_rate(self, namespace: str, pattern: str) -> LaneRule | None:
         """Take the rate off ``pattern``'s rule (its limit and policy stay); None if it
-        has no rule. Jobs a rate deferred keep their due times."""
+        has no rule (a malformed pattern: ValueError). Jobs a rate deferred keep their
+        due times."""
+        lanes.check_rule(pattern, lanes.DEFAULT_LIMIT, "continue")
         rules = await self.store.lane_rules(namespace)
         if not any(rule.pattern == pattern for rule in rules):
             return None

@@ -631,7 +631,8 @@ def test_lane_rates_are_set_shown_and_cleared(ferryq_each: Run) -> None:
     assert as_json(ferryq("lanes", "rate", "new", "1", "--json"))["limit"] == 1
     for bad, named in ((["api:*", "0"], "rate's n"), (["api:*", "1", "--per", "0"], "--per"),
                        (["api:*"], "N or --clear"), (["api:*", "2", "--clear"], "N or --clear"),
-                       (["a*b", "2"], "may only end")):  # fmt: skip
+                       (["a*b", "2"], "may only end"),
+                       (["a*b", "--clear"], "may only end")):  # fmt: skip
         result = ferryq("lanes", "rate", *bad)
         assert result.returncode == 2, f"{result.stdout}\n{result.stderr}"
         assert named in result.stderr.strip().splitlines()[-1]
