@@ -24,7 +24,6 @@ cluster made durable (bench/pg_cluster.py).
 from __future__ import annotations
 
 import argparse
-import functools
 import pathlib
 
 import ferryq
@@ -76,15 +75,9 @@ def report(backend: str, figures: dict[str, list[float]], options: argparse.Name
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--lanes", type=int, default=4_000)
-    options = parser.parse_args()
-    one = functools.partial(one_round, options=options)
-    results = settings.measure(options.backend, options.rounds, one)
-    for name, figures in results.items():
-        report(name, figures, options)
+    settings.run(parser, one_round, report)
 
 
 if __name__ == "__main__":

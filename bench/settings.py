@@ -5,6 +5,7 @@ machine spreads over all three."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import pathlib
 import tempfile
@@ -17,6 +18,22 @@ from tests.pg import fresh_database
 
 Figures = dict[str, dict[str, list[float]]]  # setting -> measure -> one value per round
 OneRound = Callable[[Databases, pathlib.Path], dict[str, float]]
+Round = Callable[[Databases, pathlib.Path, argparse.Namespace], dict[str, float]]
+Report = Callable[[str, dict[str, list[float]], argparse.Namespace], None]
+
+
+def run(parser: argparse.ArgumentParser, one_round: Round, report: Report) -> None:
+    """A benchmark's main: ``--backend`` and ``--rounds`` beside the parser's own
+    options, ``one_round`` measured on every setting, then ``report`` of each."""
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+
+    def one(databases: Databases, workdir: pathlib.Path) -> dict[str, float]:
+        return one_round(databases, workdir, options)
+
+    for name, figures in measure(options.backend, options.rounds, one).items():
+        report(name, figures, options)
 
 
 def measure(backend: str, rounds: int, one_round: OneRound) -> Figures:

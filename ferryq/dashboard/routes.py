@@ -352,11 +352,7 @@ class Dashboard:
             rate = (
                 None if rate_n is None else lanes.check_rate(rate_n, _seconds(form.get("rate_per")))
             )
-            await ops.set_lane_limit(namespace, pattern, limit, form.get("on_dead"))
-            if rate is not None:
-                await ops.set_lane_rate(namespace, pattern, rate.n, rate.per)
-            else:
-                await ops.clear_lane_rate(namespace, pattern)
+            await ops.set_lane_rule(namespace, pattern, limit, form.get("on_dead"), rate)
         except ValueError as exc:
             # Back to the lanes page, which shows why (and which a reload does not post).
             return RedirectResponse(f"{back}&{urlencode({'rule_error': str(exc)[:300]})}", 303)

@@ -11,15 +11,13 @@ The App reads FERRYQ_URL. ``member`` sleeps 20 to 80 ms and returns its square; 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import os
 import random
 import time
 
 import ferryq
-from tests.acceptance.worker_log import log_line
+from tests.acceptance.worker_support import log_line, serve
 
 app = ferryq.App(os.environ.get("FERRYQ_URL"))
 TTR = 1.5  # seconds: a killed attempt is recovered about this long after its worker died
@@ -44,15 +42,7 @@ def main() -> None:
     # worker must serve the names the test enqueues, those of the imported module.
     from tests.acceptance import fan_in_app
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, default=8)
-    options = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    worker = ferryq.Worker(
-        fan_in_app.app, concurrency=options.concurrency, leader_ttl=1.0,
-        maintenance_interval=0.1, heartbeat_interval=0.1,
-    )  # fmt: skip
-    asyncio.run(worker.run())
+    serve(fan_in_app.app, leader_ttl=1.0, maintenance_interval=0.1, heartbeat_interval=0.1)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ cache) before the handler goes on, and SIGKILL can lose only lines never written
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import os
 import time
 
 import ferryq
+from tests.acceptance.worker_support import serve
 
 app = ferryq.App(os.environ.get("FERRYQ_URL"))
 TTR = 1.5  # seconds: a killed attempt is recovered about this long after its worker died
@@ -59,15 +58,7 @@ def main() -> None:
     # worker must serve the names the test enqueues, those of the imported module.
     from tests.acceptance import lanes_app
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, default=8)
-    options = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    worker = ferryq.Worker(
-        lanes_app.app, concurrency=options.concurrency, leader_ttl=1.0, maintenance_interval=0.1,
-        heartbeat_interval=0.1,
-    )  # fmt: skip
-    asyncio.run(worker.run())
+    serve(lanes_app.app, leader_ttl=1.0, maintenance_interval=0.1, heartbeat_interval=0.1)
 
 
 if __name__ == "__main__":

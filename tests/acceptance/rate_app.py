@@ -10,14 +10,11 @@ The App reads FERRYQ_URL. ``call`` writes one line when it starts, to
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import os
 import time
 
 import ferryq
-from tests.acceptance.worker_log import log_line
+from tests.acceptance.worker_support import log_line, serve
 
 app = ferryq.App(os.environ.get("FERRYQ_URL"))
 
@@ -32,12 +29,7 @@ def main() -> None:
     # worker must serve the name the test enqueues, that of the imported module.
     from tests.acceptance import rate_app
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--concurrency", type=int, default=8)
-    options = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    worker = ferryq.Worker(rate_app.app, concurrency=options.concurrency)
-    asyncio.run(worker.run())
+    serve(rate_app.app)
 
 
 if __name__ == "__main__":

@@ -60,12 +60,8 @@ def _enqueue(url: str) -> tuple[list[int], int, list[int]]:
         app.close()
 
 
-def _succeeded(url: str) -> int:
-    app = ferryq.App(url)
-    try:
-        return sum(states.get("succeeded", 0) for states in app.stats().counts.values())
-    finally:
-        app.close()
+def _succeeded(app: ferryq.App) -> int:
+    return sum(states.get("succeeded", 0) for states in app.stats().counts.values())
 
 
 def _outage(workers: Workers, cluster: PgCluster | None) -> None:
@@ -93,7 +89,11 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
     members, callback_id, lane_jobs = _enqueue(workers.url)
     for _ in range(PROCESSES):
         workers.start("--concurrency", "8", module="tests.acceptance.fan_in_app")
-    wait_until(lambda: _succeeded(workers.url) >= 30, within=60, what="30 jobs run")
+    watching = ferryq.App(workers.url)
+    try:
+        wait_until(lambda: _succeeded(watching) >= 30, within=60, what="30 jobs run")
+    finally:
+        watching.close()  # its pooled connections would die with the server
     _outage(workers, cluster)
 
     app = ferryq.App(workers.url)
