@@ -148,7 +148,7 @@ class NativeApi:
                 summary="Set the rate of a lane (api:acme) or a prefix (api:*): at most n "
                         "starts in any per seconds; the rule keeps its limit and policy")),
             ("DELETE", "/lanes/rates", self.lane_rate_delete, dict(
-                response_model=LaneRuleOut, responses=refusals(404, 422),
+                response_model=LaneRuleOut, responses=refusals(400, 404, 422),
                 summary="Take the rate off a rule; its limit and policy stay")),
             ("GET", "/stats", self.stats, dict(
                 response_model=StatsOut, responses=refusals(), summary="Jobs by queue and state")),
@@ -321,7 +321,10 @@ class NativeApi:
         return http.json(200, dataclasses.asdict(rule))
 
     async def lane_rate_delete(self, pattern: PatternQuery, token: Caller) -> Response:
-        rule = await self.ops.clear_lane_rate(token.namespace, pattern)
+        try:
+            rule = await self.ops.clear_lane_rate(token.namespace, pattern)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
         if rule is None:
             raise ApiError(404, f"no rule is set for {pattern!r}")
         return http.json(200, dataclasses.asdict(rule))

@@ -619,6 +619,7 @@ def test_lane_rates_are_set_kept_and_cleared(v1: V1) -> None:
     cleared = v1.http.delete("/lanes/rates", params={"pattern": "api:*"})
     assert cleared.json() == {**rated, "limit": 4, "rate": None}
     refused(v1.http.delete("/lanes/rates", params={"pattern": "none:*"}), 404)
+    assert "only end" in refused(v1.http.delete("/lanes/rates", params={"pattern": "a*b"}), 400)
     # A new rule made by a rate has limit 1.
     assert rate("/lanes/rates", json={"pattern": "one", "n": 1, "per": 3600}).json()["limit"] == 1
     first, second = v1.enqueue("noop", lane="one"), v1.enqueue("noop", lane="one")
