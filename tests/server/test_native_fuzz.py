@@ -11,6 +11,11 @@ of that (``negative_data_rejection``) is left out: it counts a query value such 
 ``text=false`` as a boolean where a query string has no types, so it fails on requests
 that are valid. tests/server/test_native_api.py checks the refusals one by one.
 
+Headers that frame the HTTP message (Content-Length, Transfer-Encoding, Host,
+Connection) are taken out of the generated requests: a malformed one is refused by the
+HTTP server before any route sees it, with a plain-text 400 that no operation's schema
+can describe. tests/server/test_protocol.py checks those refusals on a raw socket.
+
 The operations are driven through schemathesis's Python API rather than its pytest
 plugin, whose fixture-based loader does not work with the pytest this project uses.
 """
@@ -41,6 +46,8 @@ CONFIG = {"checks": {"positive_data_acceptance": {
 SKIP = [negative_data_rejection]
 #: A result never waits longer than this here (the schema allows up to a minute).
 WAIT = 0.05
+#: Headers of the HTTP message's framing, the HTTP server's to answer (see above).
+FRAMING = frozenset({"content-length", "transfer-encoding", "host", "connection"})
 
 
 def test_native_api_answers_as_documented(server: ServerProcess) -> None:
@@ -76,7 +83,7 @@ def test_native_api_answers_as_documented(server: ServerProcess) -> None:
             phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
         )  # fmt: skip
         def answers_as_documented(case: Case[Any]) -> None:
-            _bound_waits(case)
+            _prepare(case)
             case.call_and_validate(headers={"X-Token": token}, timeout=30, excluded_checks=SKIP)
 
         try:
@@ -122,8 +129,11 @@ def _fail() -> None:
     raise RuntimeError("fails on purpose")
 
 
-def _bound_waits(case: Case[Any]) -> None:
-    """Fuzzed jobs run nowhere: waiting for them would only wait out the timeout."""
+def _prepare(case: Case[Any]) -> None:
+    """Takes the framing headers out of ``case`` and bounds its wait for a result
+    (fuzzed jobs run nowhere: waiting for them would only wait out the timeout)."""
+    for name in [name for name in case.headers or () if name.lower() in FRAMING]:
+        del case.headers[name]
     if not case.path.endswith("/result"):
         return
     query = case.query if isinstance(case.query, dict) else {}

@@ -3,10 +3,14 @@ server's own start-up contract, and HTTP jobs being ordinary ferryq jobs."""
 
 from __future__ import annotations
 
+import socket
+from urllib.parse import urlsplit
+
 import httpx
 
 import ferryq
 from tests.server.harness import (
+    HTTP_TIMEOUT,
     LISTENING,
     Lmstfy,
     ServerProcess,
@@ -197,6 +201,35 @@ def test_malformed_publish_parameters_are_400_and_publish_nothing(lm: Lmstfy) ->
     assert lm.size("q") == 0
     assert_no_job(lm.consume("q"))
     assert_error(lm.peek("q"), 404, "the queue is empty")
+
+
+#: Publishes whose HTTP framing is broken: (framing headers, body).
+MALFORMED_FRAMES = [
+    ("Content-Length: 2\"(o'*FV}$|", "xx"),
+    ("Content-Length: -1", "x"),
+    ("Content-Length: 1\r\nContent-Length: 2", "xx"),
+    ("Transfer-Encoding: chunked", "zz\r\nxx\r\n0\r\n\r\n"),
+]
+
+
+def test_a_publish_with_broken_http_framing_is_400_and_publishes_nothing(lm: Lmstfy) -> None:
+    # Refused by the HTTP server before any route sees it; the server goes on serving.
+    url = urlsplit(lm.server.api)
+    assert url.hostname is not None and url.port is not None
+
+    def check(frame: tuple[str, str]) -> None:
+        framing, body = frame
+        head = f"PUT {lm.path('q')} HTTP/1.1\r\nHost: {url.netloc}\r\nX-Token: {lm.token}\r\n"
+        with socket.create_connection((url.hostname, url.port), timeout=HTTP_TIMEOUT) as conn:
+            conn.sendall(f"{head}{framing}\r\n\r\n{body}".encode())
+            answer = b""
+            while chunk := conn.recv(4096):  # the server closes the connection
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+
+    each(MALFORMED_FRAMES, check)
+    assert lm.size("q") == 0
+    assert_no_job(lm.consume("q"))
 
 
 def test_malformed_query_strings_are_4xx_and_change_nothing(lm: Lmstfy) -> None:
