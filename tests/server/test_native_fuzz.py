@@ -35,7 +35,7 @@ import ferryq
 from ferryq import testing
 from tests.server.harness import ServerProcess, new_namespace
 
-#: Examples per operation and mode: 16 operations, 2 modes, this many requests each.
+#: Examples per operation and mode: 19 operations, 2 modes, this many requests each.
 EXAMPLES = 12
 #: Examples per route of one job, for each job of the namespace.
 JOB_EXAMPLES = 3
