@@ -414,15 +414,8 @@ def periodic_table(periodic: Iterable[PeriodicState], now: float) -> Table:
 
 
 def rule_text(rule: LaneRule) -> str:
-    rate = "" if rule.rate is None else f", rate {rate_text(rule)}"
+    rate = "" if rule.rate is None else f", rate {rule.rate}"
     return f"limit {rule.limit}, on dead {rule.on_dead}{rate}"
-
-
-def rate_text(rule: LaneRule) -> str:
-    """A rule's rate as people read it: "5 per 1 s", or "-"."""
-    if rule.rate is None:
-        return "-"
-    return f"{rule.rate.n} per {rule.rate.per:g} s"
 
 
 def lanes_table(lanes: Iterable[LaneInfo]) -> Table:
@@ -451,7 +444,10 @@ def rules_table(rules: Iterable[LaneRule]) -> Table:
     for rule in rules:
         style = "bold red" if rule.on_dead == "halt" else ""
         table.add_row(
-            Text(rule.pattern), str(rule.limit), Text(rule.on_dead, style=style), rate_text(rule)
+            Text(rule.pattern),
+            str(rule.limit),
+            Text(rule.on_dead, style=style),
+            str(rule.rate or "-"),
         )
     return table
 

@@ -55,7 +55,8 @@ class Rate:
     per: float
 
     def __str__(self) -> str:
-        return f"{self.n}/{self.per:g}s"
+        """As people read it, in the CLI and the dashboard: "5 per 1 s"."""
+        return f"{self.n} per {self.per:g} s"
 
 
 @dataclass(frozen=True, slots=True)
