@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ferryq.job import Job, State
-from ferryq.lanes import LaneRule, Rate
+from ferryq.lanes import LaneRule, OnDead, Rate
 from ferryq.store.base import (
     Dependencies,
     Dependency,
@@ -212,9 +212,12 @@ def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
     )
 
 
-def lane_rate(n: int | None, per: float | None) -> Rate | None:
-    """A rule's rate from its two columns (both null: none)."""
-    return None if n is None or per is None else Rate(n, per)
+def lane_rule(
+    pattern: str, limit: int, on_dead: OnDead, rate_n: int | None, rate_per: float | None
+) -> LaneRule:
+    """A lane rule from its columns, as ``lane_rules`` reads them (no rate: both null)."""
+    rate = None if rate_n is None or rate_per is None else Rate(rate_n, rate_per)
+    return LaneRule(pattern, limit, on_dead, rate)
 
 
 def rule_params(rule: LaneRule) -> dict[str, Any]:

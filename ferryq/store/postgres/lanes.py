@@ -21,7 +21,7 @@ from ferryq.job import State
 from ferryq.lanes import Candidate, Held, LaneRule, LaneView
 from ferryq.store.base import Claimed
 from ferryq.store.postgres.queries import Q, Statement
-from ferryq.store.sql import CLAIM_COLUMNS, lane_rate
+from ferryq.store.sql import CLAIM_COLUMNS, lane_rule
 
 Run = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
 Key = tuple[str, str]  # (namespace, lane)
@@ -41,10 +41,8 @@ async def lock_jobs(run: Run, job_ids: Sequence[int]) -> None:
 
 async def rules(run: Run, namespaces: Iterable[str]) -> dict[str, list[LaneRule]]:
     found: dict[str, list[LaneRule]] = {}
-    for namespace, pattern, limit, on_dead, n, per in await run(
-        Q["lane_rules"], {"namespaces": sorted(set(namespaces))}
-    ):
-        found.setdefault(namespace, []).append(LaneRule(pattern, limit, on_dead, lane_rate(n, per)))
+    for namespace, *columns in await run(Q["lane_rules"], {"namespaces": sorted(set(namespaces))}):
+        found.setdefault(namespace, []).append(lane_rule(*columns))
     return found
 
 

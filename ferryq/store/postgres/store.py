@@ -563,7 +563,7 @@ class PostgresStore(base.Store):
         self, finishes: Sequence[Finish], taker: Taker | None, now: float = 0.0
     ) -> tuple[FinishReport, list[Claimed]]:
         return await self._session(
-            lambda conn: _finish_many(conn, finishes, taker, now, self._rated)
+            lambda conn: _finish_many(conn, finishes, self._rated, taker, now)
         )
 
     async def job_finish_and_claim(
@@ -1237,8 +1237,8 @@ async def _gated(
 
 
 async def _finish_many(
-    conn: Conn, finishes: Sequence[Finish], taker: Taker | None = None, now: float = 0.0,
-    rated: _Rated | None = None,
+    conn: Conn, finishes: Sequence[Finish], rated: _Rated, taker: Taker | None = None,
+    now: float = 0.0,
 ) -> tuple[FinishReport, list[Claimed]]:  # fmt: skip
     """Write ``finishes``; what freed lanes hand to ``taker``, and the ready jobs that
     make up the rest of its budget (claimed at ``now``), come back as claimed."""
@@ -1284,9 +1284,8 @@ async def _finish_many(
         await conn.execute(f"SELECT pg_notify('{DONE_CHANNEL}', '')")
     if taker is not None and taker.budget > 0:
         # No lock is waited for: the claim skips rows others hold.
-        known = _Rated() if rated is None else rated
         taken += await _claim_ready(conn, taker.namespace, taker.queues, taker.budget,
-                                    taker.worker, now, known)  # fmt: skip
+                                    taker.worker, now, rated)  # fmt: skip
     stale = [f.id for f in finishes if f.id not in done]
     return FinishReport([f.id for f in finishes if f.id in done], stale), taken
 

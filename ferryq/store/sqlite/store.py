@@ -66,7 +66,7 @@ from ferryq.store.sql import (
     dependencies_from_rows,
     held_leases,
     job_from_row,
-    lane_rate,
+    lane_rule,
     lane_window,
     list_query,
     requeue_statement,
@@ -1659,10 +1659,7 @@ class _RuleBook:
 
 def _rules(conn: sqlite3.Connection, namespace: str) -> list[LaneRule]:
     rows = conn.execute(Q["lane_rules"], {"namespace": namespace})
-    return [
-        LaneRule(pattern, limit, on_dead, lane_rate(n, per))
-        for pattern, limit, on_dead, n, per in rows
-    ]
+    return [lane_rule(*row) for row in rows]
 
 
 def _view(conn: sqlite3.Connection, namespace: str, lane: str, rule: LaneRule) -> LaneView:
