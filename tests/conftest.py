@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 import ferryq
 from ferryq.store import Store, open_store
@@ -37,6 +37,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
 def examples(full: int) -> int:
     """``full`` examples under the full profile, as many fewer under a lighter one."""
     return max(1, full * settings().max_examples // FULL_EXAMPLES)
+
+
+def model_settings(backend_url: str) -> settings:
+    """A model test's settings against a real store: the same examples every run
+    (derandomized), 60 on SQLite and 25 on PostgreSQL (each a fresh store's worth of
+    writes, slower there), as the profile scales them."""
+    return settings(
+        max_examples=examples(60 if backend_url.startswith("sqlite") else 25),
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 class FrozenClock:

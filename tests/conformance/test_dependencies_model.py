@@ -21,13 +21,13 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import ferryq
 from ferryq.store.base import Finish
 from ferryq.testing import drain_async
-from tests.conftest import FrozenClock, examples
+from tests.conftest import FrozenClock, model_settings
 
 BEHAVIOURS = ("succeed", "fail", "flaky", "crash", "cancel", "expire")
 RUNS = ("succeed", "fail", "flaky", "crash")  # the behaviours whose handler runs
@@ -136,13 +136,7 @@ def _expected(spec: Node, held_back: bool) -> set[str]:
 @pytest.mark.parametrize("backend_url", ["sqlite", "postgres"], indirect=True)
 def test_dependents_start_only_after_their_dependencies_and_always_end(backend_url: str) -> None:
     @given(graphs())
-    @settings(
-        max_examples=examples(60 if backend_url.startswith("sqlite") else 25),
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @model_settings(backend_url)
     def check(nodes: list[Node]) -> None:
         asyncio.run(run_graph(backend_url, nodes))
 

@@ -21,14 +21,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ferryq.job import State
 from ferryq.lanes import LaneRule, Rate
 from ferryq.store import open_store
 from ferryq.store.base import Finish, NewJob, Store
-from tests.conftest import START, examples
+from tests.conftest import START, model_settings
 
 FATES = ("succeed", "retry now", "retry later")
 _namespaces = itertools.count()
@@ -132,13 +132,7 @@ async def _left(store: Store, namespace: str) -> int:
 @pytest.mark.parametrize("backend_url", ["sqlite", "postgres"], indirect=True)
 def test_lanes_never_start_more_than_their_rate_and_keep_their_order(backend_url: str) -> None:
     @given(st.lists(lanes, min_size=1, max_size=3), st.lists(steps, max_size=30))
-    @settings(
-        max_examples=examples(60 if backend_url.startswith("sqlite") else 25),
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @model_settings(backend_url)
     def check(drawn: list[Lane], walk_steps: list[Step]) -> None:
         asyncio.run(walk(backend_url, drawn, walk_steps))
 
