@@ -1,7 +1,7 @@
 # The two commands a new user runs: `make demo` and `make test`.
 # `make check` is the quick tier for the edit loop: lint, types, and the unit and
 # conformance tests on SQLite with fewer hypothesis examples (no PostgreSQL, no browser).
-.PHONY: demo test check lint bench clean
+.PHONY: demo test check lint bench ab clean
 
 # pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
 # module stays on one worker (--dist loadscope), so a module's server starts once, and
@@ -46,6 +46,13 @@ bench:
 	.venv/bin/python -m bench.processes
 	.venv/bin/python -m bench.http
 	.venv/bin/python -m bench.dashboard
+
+# The working tree against REF, alternated in one run: make ab REF=main AB_ARGS="--pin"
+ab:
+	@test -n "$(REF)" || { echo "usage: make ab REF=<git ref> [AB_ARGS=...]" >&2; exit 2; }
+	@scripts/venv.sh test,bench
+	@scripts/ensure-postgres.sh
+	.venv/bin/python -m bench.ab $(REF) $(AB_ARGS)
 
 clean:
 	rm -rf .venv build *.egg-info .pytest_cache .mypy_cache .ruff_cache

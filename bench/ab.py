@@ -1,0 +1,327 @@
+"""A/B: the working tree against a git ref, alternated in one run.
+
+    python -m bench.ab REF [--rounds N] [--jobs N] [--enqueues N] [--pin] [--core N]
+                           [--settings pg,normal,full] [--measures drain,enqueue]
+                           [--worker-args "--log-level warning"]
+    make ab REF=main [AB_ARGS="--pin --rounds 7"]
+
+REF is checked out into a temporary worktree (``git worktree add --detach``, removed
+at the end). Round after round, on each setting (PostgreSQL durable, SQLite NORMAL,
+SQLite FULL) and each measure, the two sides run one after the other, REF first in
+odd rounds and the working tree first in even ones. The measures:
+
+- drain: one ``ferryq worker`` process (500 slots) drains a queue filled beforehand
+  with ``--jobs`` no-op jobs; the rate is ``(n - 1) / (last start - first start)``
+  from the tasks' own start times, as bench/ferryq_runs.py measures. Beside it, the
+  worker's CPU seconds per job: its rusage at exit less its CPU when the first job
+  started (start-up left out), less disturbed than the wall clock on a shared machine.
+- enqueue: ``--enqueues`` calls of ``task.enqueue()``, one job each, from one sync
+  process, as web apps enqueue; beside it, that process's CPU per call.
+
+Each side runs its own code: its processes start in that side's tree with PYTHONPATH
+at it (PYTHONPATH wins over the editable install, and each process checks that it
+did), and use the public API alone (bench/ab_side.py), so that old refs work too.
+Every measurement gets a fresh database, left empty for the side's own code to
+migrate (schemas differ between refs). PostgreSQL is the benchmarks' durable
+throwaway cluster (bench/pg_cluster.py), or FERRYQ_BENCH_PG_URL.
+
+``--pin`` puts the measured process (the worker, or the enqueuing process) and the
+database (the PostgreSQL postmaster and its processes, ``taskset -a -cp``; backends
+started later inherit it) on one core: a slow small machine, simulated on a fast one.
+
+It prints each round's figures, then per measure the medians of each side and the
+ratio working/REF: above 1 is better for a rate, below 1 for CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import pathlib
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from bench import ab_side
+from bench import ferryq_runs as runs
+from bench.lanes import Databases, sqlite_databases
+from bench.pg_cluster import cluster
+from tests.pg import LocalCluster, PgCluster, fresh_database
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SETTINGS = {"pg": "PostgreSQL durable", "normal": "SQLite NORMAL", "full": "SQLite FULL"}
+MEASURES = ("drain", "enqueue")
+#: How each measure's two figures read: (rate, its unit), (CPU, its unit and scale).
+LABELS = {"drain": (("drain", "jobs/s"), ("worker CPU per job", "µs")),
+          "enqueue": (("single enqueue", "calls/s"), ("CPU per enqueue", "µs"))}  # fmt: skip
+STOP_WITHIN = 30.0
+
+
+@dataclass(frozen=True)
+class Side:
+    """A tree of ferryq's code to measure: REF's worktree or the working tree."""
+
+    name: str
+    tree: pathlib.Path
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every measurement of a run shares."""
+
+    workdir: pathlib.Path  # temporary files; ab_side.py is copied here
+    jobs: int
+    enqueues: int
+    worker_args: list[str]
+    core: int | None  # --pin: the core of the measured process and the database
+
+    def pinned(self) -> Callable[[], None] | None:
+        """Run in a child before it starts: puts it on the core, with --pin."""
+        core = self.core
+        if core is None:
+            return None
+        return lambda: os.sched_setaffinity(0, {core})
+
+    def env(self, side: Side, url: str) -> dict[str, str]:
+        found = {**os.environ, "FERRYQ_URL": url, ab_side.TREE_ENV: str(side.tree)}
+        found["PYTHONPATH"] = os.pathsep.join((str(side.tree), str(self.workdir)))
+        return found
+
+
+# -- the measures --------------------------------------------------------------
+
+
+def drain(run: Run, side: Side, url: str) -> tuple[float, float]:
+    """(jobs/s, worker CPU seconds per job) of one worker draining ``run.jobs``."""
+    _side_command(run, side, url, "fill", run.jobs, pinned=False)
+    ticks = runs.ticks_file(run.workdir)
+    log = ticks.with_name("worker.log")
+    env = {**run.env(side, url), ab_side.TICKS_ENV: str(ticks)}
+    command = [sys.executable, "-m", "ferryq", "worker", "ab_side:app", "--concurrency",
+               str(runs.CONCURRENCY), "--queues", "default", *run.worker_args]  # fmt: skip
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(command, cwd=side.tree, env=env, stdout=subprocess.DEVNULL,
+                                stderr=stderr, preexec_fn=run.pinned())  # fmt: skip
+    try:
+        runs.wait_ticks(ticks, 1, proc)
+        cpu_at_first = _cpu_seconds(proc.pid)
+        runs.wait_ticks(ticks, run.jobs, proc)
+    except BaseException:
+        _stop(proc)
+        sys.stderr.write(log.read_text(errors="replace")[-3000:])
+        raise
+    cpu = _stop(proc) - cpu_at_first
+    stamps = runs.read_ticks(ticks)
+    shutil.rmtree(ticks.parent, ignore_errors=True)
+    return (run.jobs - 1) / (max(stamps) - min(stamps)), cpu / run.jobs
+
+
+def enqueue(run: Run, side: Side, url: str) -> tuple[float, float]:
+    """(calls/s, CPU seconds per call) of ``run.enqueues`` single enqueues."""
+    said = _side_command(run, side, url, "enqueue", run.enqueues, pinned=True)
+    rate, cpu = said.split()
+    return float(rate), float(cpu)
+
+
+def _side_command(run: Run, side: Side, url: str, command: str, count: int, *, pinned: bool) -> str:
+    """Run ab_side.py's ``command`` with ``side``'s code; what it printed."""
+    done = subprocess.run(
+        [sys.executable, str(run.workdir / "ab_side.py"), command, str(count)],
+        cwd=side.tree, env=run.env(side, url), capture_output=True, text=True,
+        preexec_fn=run.pinned() if pinned else None, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{side.name}: ab_side {command} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU a live process has used so far (user and system), from /proc; 0 elsewhere."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    user, system = stat.rpartition(")")[2].split()[11:13]
+    return (int(user) + int(system)) / os.sysconf("SC_CLK_TCK")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> float:
+    """SIGTERM, wait for the exit (SIGKILL after STOP_WITHIN s); the CPU seconds the
+    process used, from its rusage (0 if it had already ended and been waited for)."""
+    if proc.returncode is not None:
+        return 0.0
+    os.kill(proc.pid, signal.SIGTERM)
+    kill_at = time.monotonic() + STOP_WITHIN
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() > kill_at:
+            os.kill(proc.pid, signal.SIGKILL)
+            kill_at = float("inf")
+        time.sleep(0.01)
+
+
+MEASURE_FUNCTIONS = {"drain": drain, "enqueue": enqueue}
+
+
+# -- the trees, the databases, the pin ----------------------------------------
+
+
+@contextlib.contextmanager
+def checkout(ref: str, workdir: pathlib.Path) -> Iterator[pathlib.Path]:
+    """``ref`` in a temporary worktree of this repository, its modules compiled."""
+    tree = workdir / "ref"
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), ref],
+                   cwd=ROOT, check=True)  # fmt: skip
+    try:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "ferryq")],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def describe(ref: str) -> str:
+    """``ref``'s short commit, and the working tree's with a mark for uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "ferryq") else ""
+    return (f"REF {ref} = {git('rev-parse', '--short', ref)}; working tree at "
+            f"{git('rev-parse', '--short', 'HEAD')}{dirty}")  # fmt: skip
+
+
+def pin_server(pg: PgCluster, core: int) -> None:
+    """The postmaster and every process it has started, on ``core``; the backends it
+    starts later inherit that."""
+    if not isinstance(pg, LocalCluster):
+        raise SystemExit("--pin needs the throwaway cluster: unset FERRYQ_BENCH_PG_URL")
+    postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+    children = [
+        int(entry.name) for entry in pathlib.Path("/proc").iterdir()
+        if entry.name.isdigit() and _parent(entry) == postmaster
+    ]  # fmt: skip
+    for pid in (postmaster, *children):
+        subprocess.run(["taskset", "-a", "-cp", str(core), str(pid)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def _parent(proc_entry: pathlib.Path) -> int | None:
+    try:
+        return int((proc_entry / "stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def databases(
+    settings: list[str], workdir: pathlib.Path, core: int | None
+) -> Iterator[dict[str, Databases]]:
+    """A maker of fresh, empty databases for each setting."""
+    found: dict[str, Databases] = {}
+    with contextlib.ExitStack() as stack:
+        for setting in settings:
+            if setting == "pg":
+                pg = stack.enter_context(cluster())
+                if core is not None:
+                    pin_server(pg, core)
+                found[setting] = functools.partial(fresh_database, pg, migrated=False)
+            else:
+                query = "?synchronous=full" if setting == "full" else ""
+                found[setting] = sqlite_databases(workdir, query)
+        yield found
+
+
+# -- the run ------------------------------------------------------------------
+
+Figures = dict[tuple[str, str], dict[str, list[tuple[float, float]]]]
+
+
+def measure(run: Run, sides: list[Side], settings: list[str], measures: list[str],
+            rounds: int) -> Figures:  # fmt: skip
+    """Every measure on every setting, the sides alternated, ``rounds`` times."""
+    figures: Figures = defaultdict(lambda: defaultdict(list))
+    with databases(settings, run.workdir, run.core) as fresh:
+        for round_no in range(1, rounds + 1):
+            order = sides if round_no % 2 else sides[::-1]
+            said: list[str] = []
+            for setting in settings:
+                for name in measures:
+                    for side in order:
+                        with fresh[setting]() as url:
+                            value = MEASURE_FUNCTIONS[name](run, side, url)
+                        figures[setting, name][side.name].append(value)
+                    ref, working = (figures[setting, name][s.name][-1][0] for s in sides)
+                    said.append(f"{SETTINGS[setting]} {name} {working / ref:.2f}x "
+                                f"({ref:,.0f} / {working:,.0f})")  # fmt: skip
+            print(f"round {round_no}: " + " | ".join(said), flush=True)
+    return figures
+
+
+def report(figures: Figures, sides: list[Side], heading: str) -> None:
+    ref, working = sides
+    print(f"\n{heading}")
+    print(f"{'':34}{ref.name:>16}{working.name:>16}{'working/REF':>13}")
+    shown = None
+    for (setting, name), by_side in figures.items():
+        if setting != shown:
+            print(SETTINGS[setting])
+            shown = setting
+        (rate_label, rate_unit), (cpu_label, cpu_unit) = LABELS[name]
+        for index, label, unit, scale in ((0, rate_label, rate_unit, 1.0),
+                                          (1, cpu_label, cpu_unit, 1e6)):  # fmt: skip
+            a, b = (statistics.median(v[index] for v in by_side[s.name]) * scale for s in sides)
+            print(f"  {label + ', ' + unit:32}{a:>16,.1f}{b:>16,.1f}{b / a:>12.3f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ref", help="the git ref to compare the working tree with")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs a drain")
+    parser.add_argument("--enqueues", type=int, default=2_000, help="calls an enqueue measure")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--measures", default=",".join(MEASURES))
+    parser.add_argument("--worker-args", default="", help="more options for ferryq worker")
+    parser.add_argument("--pin", action="store_true", help="the measured process and the "
+                        "database on one core")  # fmt: skip
+    parser.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)))
+    options = parser.parse_args()
+    settings = [s for s in options.settings.split(",") if s]
+    measures = [m for m in options.measures.split(",") if m]
+    unknown = set(settings) - set(SETTINGS) | set(measures) - set(MEASURE_FUNCTIONS)
+    if unknown:
+        parser.error(f"unknown settings or measures: {', '.join(sorted(unknown))}")
+    heading = describe(options.ref)
+    print(heading, flush=True)
+    with tempfile.TemporaryDirectory(prefix="ferryq-ab-") as tmp:
+        workdir = pathlib.Path(tmp)
+        shutil.copy(pathlib.Path(ab_side.__file__), workdir / "ab_side.py")
+        with checkout(options.ref, workdir) as ref_tree:
+            sides = [Side(f"REF {options.ref}", ref_tree), Side("working", ROOT)]
+            core = options.core if options.pin else None
+            run = Run(workdir, options.jobs, options.enqueues,
+                      shlex.split(options.worker_args), core)  # fmt: skip
+            figures = measure(run, sides, settings, measures, options.rounds)
+    pinned = f"pinned to core {options.core}" if options.pin else "not pinned"
+    report(figures, sides, f"medians of {options.rounds} rounds, {options.jobs:,} jobs a "
+           f"drain, {options.enqueues:,} single enqueues a measure, {pinned}; "
+           f"{heading}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
