@@ -1,4 +1,5 @@
-"""The per-attempt context a handler receives when it declares a ``Context`` parameter."""
+"""The per-attempt context a handler receives when it declares a ``Context`` parameter,
+and the signals it shares with the worker that runs the attempt."""
 
 from __future__ import annotations
 
@@ -10,6 +11,43 @@ from typing import Any
 
 #: A note given with a progress report is cut to this many characters.
 MAX_NOTE = 255
+
+
+class AttemptSignals:
+    """What a handler and the worker's lease keeper (ferryq/worker/leases.py) tell each
+    other about one attempt, through its Context: the handler asks for its lease to be
+    renewed (``ctx.heartbeat()``) and reports progress (``ctx.progress()``), both
+    written with the next renewal; the worker says the attempt is to stop
+    (``ctx.cancelled``). The handler may run in a thread of its own: each signal is
+    one attribute, set or swapped whole."""
+
+    __slots__ = ("_wake", "cancelled", "progress", "renewal_asked")
+
+    def __init__(self, wake: Callable[[], None] | None = None) -> None:
+        self._wake = wake  # tells the worker to renew now, from any thread
+        self.cancelled = False
+        self.renewal_asked = False
+        self.progress: str | None = None  # JSON, not written yet
+
+    def ask_renewal(self) -> None:
+        self.renewal_asked = True
+        if self._wake is not None:
+            self._wake()
+
+    def take_renewal(self) -> bool:
+        """Whether a renewal was asked since the last call."""
+        asked, self.renewal_asked = self.renewal_asked, False
+        return asked
+
+    def take_progress(self) -> str | None:
+        """The latest report not written yet, if any; the caller writes it."""
+        progress, self.progress = self.progress, None
+        return progress
+
+    def keep_progress(self, report: str) -> None:
+        """Put back a report that could not be written, unless a newer one came."""
+        if self.progress is None:
+            self.progress = report
 
 
 class Context:
@@ -25,11 +63,9 @@ class Context:
     """
 
     __slots__ = (
-        "_cancelled",
-        "_heartbeat_wanted",
+        "_clock",
         "_meta",
-        "_progress",
-        "_request_heartbeat",
+        "_signals",
         "attempt",
         "context",
         "fence",
@@ -69,14 +105,12 @@ class Context:
         self.max_tries = max_tries
         self.timeout = timeout
         self._meta: str | dict[str, Any] = meta
-        self._request_heartbeat = request_heartbeat
-        self._cancelled = False
-        self._heartbeat_wanted = False
-        self._progress: str | None = None  # JSON, not written yet
+        self._signals = AttemptSignals(request_heartbeat)
+        self._clock: Callable[[], float] = time.time  # a worker's Context has the App's
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled
+        return self._signals.cancelled
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -87,9 +121,7 @@ class Context:
 
     def heartbeat(self) -> None:
         """Ask the worker to extend this attempt's lease by the job's ttr."""
-        self._heartbeat_wanted = True
-        if self._request_heartbeat is not None:
-            self._request_heartbeat()
+        self._signals.ask_renewal()
 
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Say how far this attempt got: ``done`` of ``total`` (units of your choice),
@@ -101,29 +133,21 @@ class Context:
             _amount("total", total)
         if note is not None and not isinstance(note, str):
             raise ValueError(f"note must be a string (got {type(note).__name__})")
-        self._progress = json.dumps({
+        self._signals.progress = json.dumps({
             "done": done, "total": total,
-            "note": None if note is None else note[:MAX_NOTE], "at": time.time(),
+            "note": None if note is None else note[:MAX_NOTE], "at": self._clock(),
         })  # fmt: skip
-
-    def _take_progress(self) -> str | None:
-        progress, self._progress = self._progress, None
-        return progress
-
-    def _keep_progress(self, report: str) -> None:
-        """Put back a report the worker could not write, unless a newer one came."""
-        if self._progress is None:
-            self._progress = report
-
-    def _take_heartbeat(self) -> bool:
-        wanted, self._heartbeat_wanted = self._heartbeat_wanted, False
-        return wanted
-
-    def _cancel(self) -> None:
-        self._cancelled = True
 
     def __repr__(self) -> str:
         return f"<Context job={self.job_id} attempt={self.attempt} fence={self.fence}>"
+
+
+def attempt_context(signals: AttemptSignals, clock: Callable[[], float], **fields: Any) -> Context:
+    """The Context a worker gives an attempt: ``fields`` as for ``Context``, its
+    signals shared with the worker, its time (a progress report's) the App's clock."""
+    ctx = Context(**fields)
+    ctx._signals, ctx._clock = signals, clock
+    return ctx
 
 
 def _amount(name: str, value: object) -> None:

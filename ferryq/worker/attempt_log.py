@@ -2,10 +2,11 @@
 
 The line names the job, its task, the try of how many, the outcome, how long the
 handler ran and the error in short; its fields (``ferryq.logs``) carry the same and
-more, for the JSON format. It is made for every attempt, so it is made cheaply: the
-record is built directly, without the search for the caller's frame that
-``Logger.log`` does (the record names this module as its source), and as a copy of
-one made once where the standard record class is in use.
+more, for the JSON format. It is made for every attempt whose level the logger takes
+(``wanted``: nothing at all is made otherwise), so it is made cheaply: the record is
+built directly, without the search for the caller's frame that ``Logger.log`` does
+(the record names this module as its source), and as a copy of one made once where
+the standard record class is in use.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import os
 import time
 from typing import Final
 
-from ferryq.hooks import Outcome
+from ferryq.faults import one_line
+from ferryq.outcome import TimedOut
+from ferryq.store.base import Finish
 from ferryq.worker.executor import Attempt
 
 log: Final = logging.getLogger("ferryq.attempts")
@@ -37,44 +40,61 @@ def _record(level: int, text: str) -> logging.LogRecord:
     factory = logging.getLogRecordFactory()
     if factory is not logging.LogRecord:  # the application's own: made as it wants
         return factory(log.name, level, __file__, 0, text, None, None, "log_attempt")
-    global _template
-    if _template is None or _template.process != os.getpid():
+    global _template, _template_fields
+    if _template is None:
         _template = logging.LogRecord(log.name, level, __file__, 0, "", None, None, "log_attempt")
+        _template_fields = _template.__dict__
     record = _new_record(logging.LogRecord)
-    record.__dict__.update(_template.__dict__)
+    record.__dict__ = values = _template_fields.copy()
     created = time.time()
-    record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
-    record.relativeCreated = (created - _template.created) * 1000 + _template.relativeCreated
-    record.levelno, record.levelname = level, logging.getLevelName(level)
-    record.msg = text
+    values["created"], values["msecs"] = created, int((created - int(created)) * 1000) + 0.0
+    values["relativeCreated"] = (created - _template.created) * 1000 + _template.relativeCreated
+    values["levelno"], values["levelname"] = level, _LEVEL_NAMES[level]
+    values["msg"] = text
     return record
 
 
 _template: logging.LogRecord | None = None
+_template_fields: dict[str, object] = {}
 _new_record = object.__new__
 
 
-def wanted(outcome: Outcome) -> bool:
-    return log.isEnabledFor(LEVELS[outcome.kind])
+def _forget_template() -> None:
+    """A forked process makes its own: the template names the process."""
+    global _template
+    _template = None
 
 
-def log_attempt(attempt: Attempt, outcome: Outcome, worker: str) -> None:
-    """Log the line of ``attempt`` (check ``wanted`` first: this does not)."""
-    job, kind, timed_out = attempt.job, outcome.kind, outcome.timed_out
+os.register_at_fork(after_in_child=_forget_template)
+_LEVEL_NAMES: Final = {level: logging.getLevelName(level) for level in set(LEVELS.values())}
+
+
+def wanted(kind: str) -> bool:
+    """Whether the logger takes the line of an attempt that ended ``kind``."""
+    return log.isEnabledFor(LEVELS[kind])
+
+
+def log_attempt(attempt: Attempt, finish: Finish, worker: str) -> None:
+    """Log the line of ``attempt``, which ended with ``finish`` (check ``wanted``
+    first: this does not)."""
+    job, kind, error = attempt.job, finish.kind, attempt.error
+    timed_out = isinstance(error, TimedOut)
+    started = attempt.started_at or 0.0
+    duration = max(finish.finished_at - started, 0.0) if attempt.started_at is not None else 0.0
     said = "timed out" if timed_out else _SAID.get(kind, kind)
     text = (f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} {said} in "
-            f"{outcome.duration:.3f} s")  # fmt: skip
-    if outcome.retry_at is not None:
-        ended = (attempt.started_at or 0.0) + outcome.duration
-        text += f", retry in {max(outcome.retry_at - ended, 0.0):.1f} s"
-    error = outcome.error
-    if error is not None:
-        text += f": {error}"
+            f"{duration:.3f} s")  # fmt: skip
+    retry_at = finish.run_at if kind == "retry" else None
+    if retry_at is not None:
+        text += f", retry in {max(retry_at - (started + duration), 0.0):.1f} s"
+    error_line = None if error is None else one_line(error)
+    if error_line is not None:
+        text += f": {error_line}"
     record = _record(LEVELS[kind], text)
     record.fields = {
         "job_id": job.id, "task": job.task, "queue": job.queue, "lane": job.lane,
         "attempt": job.attempts, "max_tries": job.max_tries, "outcome": kind,
-        "timed_out": timed_out, "duration": round(outcome.duration, 6), "error": error,
-        "retry_at": outcome.retry_at, "stage": job.stage, "fence": job.fence, "worker": worker,
+        "timed_out": timed_out, "duration": round(duration, 6), "error": error_line,
+        "retry_at": retry_at, "stage": job.stage, "fence": job.fence, "worker": worker,
     }  # fmt: skip
     log.handle(record)

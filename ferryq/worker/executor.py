@@ -10,12 +10,12 @@ import json
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Executor
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
 from ferryq import _json, policy
-from ferryq.context import Context
+from ferryq.context import AttemptSignals, Context, attempt_context
 from ferryq.errors import SerializationError
 from ferryq.hooks import Hooks, Outcome
 from ferryq.outcome import DependencyFailed, Fail, Next, Retry, TimedOut
@@ -55,7 +55,6 @@ class Attempt:
     job: Claimed
     task: Task[Any, Any] | None
     lease_until: float
-    ctx: Context
     started_at: float | None = None
     deadline: float | None = None  # when its time limit passes, once started
     stop: Stop | None = None
@@ -64,23 +63,28 @@ class Attempt:
     successor: Attempt | None = field(default=None, repr=False)  # a claim waiting for us
     start_written: bool = False  # its started_at, past the claim's, is in the database
     begun: bool = False  # its runner has taken its first step: a cancel of it lands
-    #: Reads the results of a job's dependencies, for a fan-in callback (ferryq.group).
-    results_of: Callable[[int], Awaitable[list[str | None]]] | None = field(
-        default=None, repr=False
-    )
     handler_done: bool = False  # the handler has ended: nothing left to interrupt
+    #: Its Context and the signals it shares with the lease keeper, made when the
+    #: handler or a hook first needs them (``Executor.context``).
+    ctx: Context | None = field(default=None, repr=False)
+    signals: AttemptSignals | None = field(default=None, repr=False)
+    #: How the handler ended: what it raised (or what stopped it), or what it returned.
+    error: BaseException | None = field(default=None, repr=False)
+    result: Any = field(default=None, repr=False)
 
     def interrupt(self, reason: Stop) -> None:
         """Stop the handler: an async one is cancelled; a sync one has ``Interrupted``
         raised in its thread, which takes effect at its next Python instruction (a
         call blocked in C returns first). Either sees ``ctx.cancelled`` become true
-        (SPEC §9). The runner of a sync attempt is never cancelled: it ends when the
-        thread does, so a slot is free only once the handler has really stopped. An
-        attempt stopped before its handler began never runs it (``_call``): its runner
-        is not cancelled before its first step, which would end it without a word."""
+        (docs/guarantees.md, Cancellation). The runner of a sync attempt is never
+        cancelled: it ends when the thread does, so a slot is free only once the
+        handler has really stopped. An attempt stopped before its handler began never
+        runs it (``Executor.run``): its runner is not cancelled before its first
+        step, which would end it without a word."""
         if self.stop is None or self.stop is Stop.CANCEL:
             self.stop = reason
-        self.ctx._cancel()
+        if self.signals is not None:
+            self.signals.cancelled = True
         if self.runner is None or self.handler_done or not self.begun:
             return
         if self.task is not None and not self.task.is_async:
@@ -149,67 +153,160 @@ def _clear_async_exc(ident: int) -> None:
     _clear_async_exc_raw(ident, None)
 
 
-async def run(
-    attempt: Attempt,
-    threads: Executor | None,
-    clock: Callable[[], float],
-    worker: str,
-    hooks: Hooks | None = None,
-) -> tuple[Finish, Outcome]:
-    """Run the handler between the attempt hooks; every outcome, even a crash of the
-    handler, becomes a Finish (to write) and an Outcome (to tell)."""
-    attempt.begun = True
-    finish, exc, value = await _ended(attempt, threads, clock, worker, hooks)
-    attempt.handler_done = True
-    started = attempt.started_at
-    outcome = Outcome(
-        finish.kind, 0.0 if started is None else max(finish.finished_at - started, 0.0), exc,
+class Executor:
+    """Runs the attempts of one worker: ``run``, or ``run_with_hooks`` when the App has
+    attempt hooks. An attempt pays for what it uses: its Context is made only for a
+    handler that takes one or for hooks, a sync handler's thread only for it."""
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        clock: Callable[[], float],
+        threads: futures.Executor | None,
+        hooks: Hooks | None,
+        results_of: Callable[[int], Awaitable[list[str | None]]],
+        wake: Callable[[], None],
+    ) -> None:
+        self.worker = worker
+        self.clock = clock
+        self.threads = threads
+        self.hooks = hooks
+        self.results_of = results_of  # the results of a job's dependencies, for a fan-in
+        self.wake = wake  # a handler asks for its lease to be renewed now (any thread)
+
+    def context(self, attempt: Attempt) -> Context:
+        """The attempt's Context, made on first need with the signals it shares with
+        the lease keeper (ferryq/worker/leases.py)."""
+        if attempt.ctx is not None:
+            return attempt.ctx
+        job = attempt.job
+        signals = attempt.signals = AttemptSignals(self.wake)
+        signals.cancelled = attempt.stop is not None
+        attempt.ctx = attempt_context(
+            signals, self.clock, job_id=job.id, task=job.task, queue=job.queue,
+            attempt=job.attempts, fence=job.fence, stage=job.stage,
+            context=None if job.context == "null" else json.loads(job.context),
+            lane=job.lane, max_tries=job.max_tries, timeout=job.timeout, meta=job.meta,
+        )  # fmt: skip
+        return attempt.ctx
+
+    async def run(self, attempt: Attempt) -> Finish:
+        """Run the handler; every outcome, even a crash of the handler, becomes a
+        Finish. What ended the handler is left in ``attempt.error``/``result``."""
+        attempt.begun = True
+        try:
+            value = await self._call(attempt)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see _ended_by
+            attempt.handler_done = True
+            return self._ended_by(attempt, exc)
+        attempt.handler_done = True
+        return self._returned(attempt, value)
+
+    async def run_with_hooks(self, attempt: Attempt) -> Finish:
+        """``run`` between the attempt hooks (ferryq/hooks.py): the before hooks in the
+        handler's own context (``contextvars``), the after hooks once it has ended."""
+        hooks = self.hooks
+        assert hooks is not None
+        ctx = self.context(attempt)
+        attempt.begun = True
+        try:
+            if hooks.before_attempt_hooks:
+                await hooks.call(hooks.before_attempt_hooks, ctx)
+        except BaseException as exc:  # a stop while an async hook waited
+            attempt.handler_done = True
+            finish = self._ended_by(attempt, exc)
+        else:
+            finish = await self.run(attempt)
+        if hooks.after_attempt_hooks:
+            await hooks.call(hooks.after_attempt_hooks, ctx, outcome(attempt, finish))
+        return finish
+
+    async def _call(self, attempt: Attempt) -> Any:
+        task, job = attempt.task, attempt.job
+        if job.dep_failed is not None:
+            after_id, state = json.loads(job.dep_failed)
+            raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does "
+                                   "not run (after_failed='fail')")  # fmt: skip
+        if task is None:
+            raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
+        decoded = [] if job.args == "[]" else json.loads(job.args)
+        if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
+            decoded = await self._with_results(attempt, decoded)
+        args: Sequence[Any] = []
+        kwargs: dict[str, Any] = {}
+        if isinstance(decoded, dict):
+            kwargs = decoded
+        elif isinstance(decoded, list):
+            args = decoded
+        else:
+            args = [decoded]
+        if task.context_param is not None:
+            args, kwargs = task.with_context(args, kwargs, self.context(attempt))
+        if attempt.stop is not None:  # stopped before its handler began: it never runs
+            raise Interrupted
+        if task.is_async:
+            return await task.fn(*args, **kwargs)
+        thread = attempt.thread = _Thread()
+        # In the context the hooks left (a trace span, say), as an async handler is.
+        context = contextvars.copy_context()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.threads, context.run, thread.call, task.fn, args, kwargs
+            )
+        finally:
+            attempt.thread = None
+
+    async def _with_results(self, attempt: Attempt, decoded: Any) -> Any:
+        """A fan-in callback's arguments: its first one (stored as null) is the list of
+        the results of its dependencies, in order; None for one that did not succeed."""
+        if not isinstance(decoded, list) or not decoded:
+            return decoded
+        results = await self.results_of(attempt.job.id)
+        return [[None if r is None else json.loads(r) for r in results], *decoded[1:]]
+
+    def _ended_by(self, attempt: Attempt, exc: BaseException) -> Finish:
+        """The Finish of an attempt whose handler (or a before hook) raised ``exc``."""
+        now = self.clock()
+        if isinstance(exc, Interrupted):
+            return _interrupted(attempt, now, self.worker)
+        if isinstance(exc, asyncio.CancelledError):
+            current = asyncio.current_task()
+            if attempt.stop is not None or (current is not None and current.cancelling()):
+                return _interrupted(attempt, now, self.worker)
+            # Raised by the handler itself (a sync handler's cancelled future arrives as
+            # one too): a failed attempt, not a stop of ours that would give the try back.
+        elif attempt.stop is not None:  # stopped, and the handler raised something else
+            return _interrupted(attempt, now, self.worker)
+        attempt.error = exc
+        return _failed(attempt, exc, now, self.worker)
+
+    def _returned(self, attempt: Attempt, value: Any) -> Finish:
+        """The Finish of an attempt whose handler returned ``value``."""
+        job, now = attempt.job, self.clock()
+        if attempt.stop is Stop.CANCEL or attempt.stop is Stop.TIMEOUT:
+            # Stopped, yet the handler returned: its late result is dropped.
+            return _interrupted(attempt, now, self.worker)
+        attempt.result = value
+        if isinstance(value, Next):
+            return _next_stage(attempt, value, now, self.worker)
+        try:
+            result = "null" if value is None else _json.dumps(value, f"result of {job.task}")
+        except SerializationError as exc:
+            attempt.error = exc
+            return failure(job, exc, now, self.worker, permanent=True,
+                           started_at=attempt.started_at)  # fmt: skip
+        return Finish("succeeded", job.id, job.fence, now, attempt.started_at, result)
+
+
+def outcome(attempt: Attempt, finish: Finish) -> Outcome:
+    """How ``attempt`` ended, as its after hooks see it."""
+    started, error = attempt.started_at, attempt.error
+    return Outcome(
+        finish.kind, 0.0 if started is None else max(finish.finished_at - started, 0.0), error,
         finish.run_at if finish.kind == "retry" else None,
-        value if finish.kind == "succeeded" else None, isinstance(exc, TimedOut),
+        attempt.result if finish.kind == "succeeded" else None, isinstance(error, TimedOut),
     )  # fmt: skip
-    if hooks is not None and hooks.after_attempt_hooks:
-        await hooks.call(hooks.after_attempt_hooks, attempt.ctx, outcome)
-    return finish, outcome
-
-
-async def _ended(
-    attempt: Attempt,
-    threads: Executor | None,
-    clock: Callable[[], float],
-    worker: str,
-    hooks: Hooks | None,
-) -> tuple[Finish, BaseException | None, Any]:
-    """The attempt's Finish, the exception that ended it (if one did) and the value
-    its handler returned."""
-    job, started = attempt.job, attempt.started_at
-    try:
-        if hooks is not None and hooks.before_attempt_hooks:
-            await hooks.call(hooks.before_attempt_hooks, attempt.ctx)
-        value = await _call(attempt, threads)
-    except Interrupted:
-        return _interrupted(attempt, clock(), worker)
-    except asyncio.CancelledError as exc:
-        current = asyncio.current_task()
-        if attempt.stop is not None or (current is not None and current.cancelling()):
-            return _interrupted(attempt, clock(), worker)
-        # Raised by the handler itself (a sync handler's cancelled future arrives as
-        # one too): a failed attempt, not a stop of ours that would give the try back.
-        return _failed(attempt, exc, clock(), worker), exc, None
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: this attempt failed
-        if attempt.stop is not None:  # stopped, and the handler raised something else
-            return _interrupted(attempt, clock(), worker)
-        return _failed(attempt, exc, clock(), worker), exc, None
-    now = clock()
-    if attempt.stop is Stop.CANCEL or attempt.stop is Stop.TIMEOUT:
-        # Stopped, yet the handler returned: its late result is dropped.
-        return _interrupted(attempt, now, worker)
-    if isinstance(value, Next):
-        return _next_stage(attempt, value, now, worker), None, value
-    try:
-        result = "null" if value is None else _json.dumps(value, f"result of {job.task}")
-    except SerializationError as exc:
-        return failure(job, exc, now, worker, permanent=True, started_at=started), exc, value
-    return Finish("succeeded", job.id, job.fence, now, started, result), None, value
 
 
 def _failed(attempt: Attempt, exc: BaseException, now: float, worker: str) -> Finish:
@@ -222,66 +319,24 @@ def _failed(attempt: Attempt, exc: BaseException, now: float, worker: str) -> Fi
     return failure(job, exc, now, worker, permanent=permanent, started_at=attempt.started_at)
 
 
-async def _call(attempt: Attempt, threads: Executor | None) -> Any:
-    task, job = attempt.task, attempt.job
-    if job.dep_failed is not None:
-        after_id, state = json.loads(job.dep_failed)
-        raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does not "
-                               "run (after_failed='fail')")  # fmt: skip
-    if task is None:
-        raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
-    decoded = [] if job.args == "[]" else json.loads(job.args)
-    if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
-        decoded = await _with_results(attempt, decoded)
-    args: Sequence[Any] = []
-    kwargs: dict[str, Any] = {}
-    if isinstance(decoded, dict):
-        kwargs = decoded
-    elif isinstance(decoded, list):
-        args = decoded
-    else:
-        args = [decoded]
-    if task.context_param is not None:
-        args, kwargs = task.with_context(args, kwargs, attempt.ctx)
-    if attempt.stop is not None:  # stopped before its handler began: it never runs
-        raise Interrupted
-    if task.is_async:
-        return await task.fn(*args, **kwargs)
-    thread = attempt.thread = _Thread()
-    # In the context the hooks left (a trace span, say), as an async handler is.
-    context = contextvars.copy_context()
-    try:
-        return await asyncio.get_running_loop().run_in_executor(
-            threads, context.run, thread.call, task.fn, args, kwargs
-        )
-    finally:
-        attempt.thread = None
-
-
-async def _with_results(attempt: Attempt, decoded: Any) -> Any:
-    """A fan-in callback's arguments: its first one (stored as null) is the list of
-    the results of its dependencies, in order; None for one that did not succeed."""
-    if attempt.results_of is None or not isinstance(decoded, list) or not decoded:
-        return decoded
-    results = await attempt.results_of(attempt.job.id)
-    return [[None if r is None else json.loads(r) for r in results], *decoded[1:]]
-
-
-def _interrupted(
-    attempt: Attempt, now: float, worker: str
-) -> tuple[Finish, BaseException | None, Any]:
+def _interrupted(attempt: Attempt, now: float, worker: str) -> Finish:
+    """The Finish of an attempt the worker stopped (``attempt.stop``), or that a cancel
+    from outside ferryq ended."""
     job = attempt.job
     if attempt.stop is Stop.CANCEL:
-        return Finish("cancelled", job.id, job.fence, now, attempt.started_at), None, None
+        return Finish("cancelled", job.id, job.fence, now, attempt.started_at)
     if attempt.stop is Stop.TIMEOUT:
-        timed_out = TimedOut(f"timed out: the attempt ran past its time limit of "
-                             f"{job.timeout:g} s and was stopped")  # fmt: skip
-        return _failed(attempt, timed_out, now, worker), timed_out, None
+        timed_out = attempt.error = TimedOut(
+            f"timed out: the attempt ran past its time limit of {job.timeout:g} s and was stopped"
+        )
+        return _failed(attempt, timed_out, now, worker)
     if attempt.stop is Stop.LEASE:
-        exc = LeaseExpired(f"the worker lost the lease (ttr {job.ttr:g} s) while the handler ran")
-        return failure(job, exc, now, worker, started_at=attempt.started_at), exc, None
+        exc = attempt.error = LeaseExpired(
+            f"the worker lost the lease (ttr {job.ttr:g} s) while the handler ran"
+        )
+        return failure(job, exc, now, worker, started_at=attempt.started_at)
     # Shutdown (or a cancel from outside ferryq): hand the job back without charging it.
-    return Finish("returned", job.id, job.fence, now), None, None
+    return Finish("returned", job.id, job.fence, now)
 
 
 def _next_stage(attempt: Attempt, step: Next, now: float, worker: str) -> Finish:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ferryq.context import Context
 from ferryq.faults import MAX_BACKOFF, FaultLog
 from ferryq.store.base import Claimed, CycleHalfDone, Store
 from ferryq.turns import Turn, Turns
@@ -27,9 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ferryq.worker")
 
-
-def _in_order(job: Claimed) -> tuple[float, int]:
-    return job.order_time, job.id
+#: The order claimed jobs start in: their order time, then their id.
+_in_order = operator.attrgetter("order_time", "id")
 
 
 class Producer:
@@ -47,7 +45,6 @@ class Producer:
         clock: Callable[[], float],
         start: Callable[[Attempt], None],
         active: dict[int, Attempt],
-        request_heartbeat: Callable[[], None],
         max_idle: float = 1.0,
     ) -> None:
         self.store = store
@@ -61,7 +58,6 @@ class Producer:
         self.clock = clock
         self.start = start
         self.active = active
-        self.request_heartbeat = request_heartbeat
         self.max_idle = max_idle
         self.slot_freed = asyncio.Event()
         self.stopping = asyncio.Event()
@@ -117,8 +113,9 @@ class Producer:
             return
         try:
             await turn.wait()
+            tasks = self.tasks
             for job in sorted(claimed, key=_in_order):
-                self.start(self._attempt(job))
+                self.start(Attempt(job, tasks.get(job.task), job.lease_until))
         finally:
             turn.end()
 
@@ -155,22 +152,6 @@ class Producer:
                 continue
             due_in = self.max_idle if next_due is None else next_due - now
             await self._wait(max(0.0, min(due_in, self.max_idle)), watch_db=True)
-
-    def _attempt(self, job: Claimed) -> Attempt:
-        task = self.tasks.get(job.task)
-        # Every attempt has its Context: hooks, the attempt's log line, cancellation
-        # and progress use it, whether or not the handler takes it.
-        ctx = Context(
-            job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempts,
-            fence=job.fence, stage=job.stage,
-            context=None if job.context == "null" else json.loads(job.context),
-            request_heartbeat=self.request_heartbeat, lane=job.lane, max_tries=job.max_tries,
-            timeout=job.timeout, meta=job.meta,
-        )  # fmt: skip
-        return Attempt(job, task, job.lease_until, ctx, results_of=self._dependency_results)
-
-    async def _dependency_results(self, job_id: int) -> list[str | None]:
-        return await self.store.job_dependency_results(job_id)
 
     async def _wait(self, within: float, *, watch_db: bool) -> None:
         """Until a slot frees, stop, ``within`` seconds, or (``watch_db``) a write."""

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import math
 import os
 import secrets
 import signal
@@ -21,13 +20,13 @@ import ferryq
 from ferryq import logs, metrics
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
-from ferryq.hooks import Hooks, Outcome
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
-from ferryq.store.base import Finish, FinishKind, FinishReport, Leases, Store, WorkerInfo
+from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import attempt_log, executor
 from ferryq.worker.completer import Completer
-from ferryq.worker.executor import Attempt, Stop
+from ferryq.worker.executor import Attempt, Executor, Stop
+from ferryq.worker.leases import LeaseKeeper
 from ferryq.worker.maintenance import MaintenanceLoop
 from ferryq.worker.periodic import PeriodicLoop
 from ferryq.worker.producer import Producer
@@ -40,18 +39,6 @@ log = logging.getLogger("ferryq.worker")
 # A stop waits up to the grace period for running jobs, then up to the grace period
 # again, and at least this many seconds, for their outcomes to be written.
 MIN_FINISH_WAIT = 5.0
-#: An attempt whose lease could not be renewed is stopped this long before the lease
-#: passes (a quarter of the ttr for short ones), so that lease recovery never starts
-#: the job elsewhere while it still runs here.
-LEASE_MARGIN = 1.0
-#: The exit status of a worker that could not stop an attempt before its lease passed
-#: (a handler that ignores cancellation, or a sync call blocked in C): it exits at
-#: once rather than let the job run twice at the same time.
-EXIT_STUCK = 70
-
-
-def lease_margin(ttr: float) -> float:
-    return min(LEASE_MARGIN, ttr / 4)
 
 
 class Worker:
@@ -104,10 +91,8 @@ class Worker:
         # Attempts whose job was claimed again (their lease lost) while they still run;
         # the new claim waits for them to end (``Attempt.successor``).
         self._superseded: dict[int, Attempt] = {}
-        # Ended attempts whose outcome is not written yet: their leases are renewed too.
-        self._unwritten: dict[tuple[int, int], Attempt] = {}
-        self._watch_now = asyncio.Event()
-        self._hooks: Hooks | None = None  # the app's, if it has attempt hooks at run()
+        self.leases = LeaseKeeper(app.clock, self.active, self._drop_unstarted)
+        self._executor: Executor | None = None
         self._faults = FaultLog(log)
         self._running = 0
         self.stale_completions = 0
@@ -128,7 +113,6 @@ class Worker:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._hooks = self.app.hooks if self.app.hooks.around_attempts else None
         store = self._store = await self.app.store()
         if any(not t.is_async for t in self.app.tasks.values()):
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
@@ -137,7 +121,11 @@ class Worker:
             store, completer, namespace=self.app.namespace, queues=self.queues,
             worker_id=self.id, tasks=self.app.tasks, capacity=self.concurrency + self.prefetch,
             batch=self.batch, clock=self.app.clock, start=self._start, active=self.active,
-            request_heartbeat=self._request_heartbeat_threadsafe,
+        )  # fmt: skip
+        self._executor = Executor(
+            worker=self.id, clock=self.app.clock, threads=self._threads,
+            hooks=self.app.hooks if self.app.hooks.around_attempts else None,
+            results_of=store.job_dependency_results, wake=self._request_heartbeat_threadsafe,
         )  # fmt: skip
         completer.bind(producer.cycle)
         maintenance = self._maintenance = MaintenanceLoop(
@@ -171,7 +159,7 @@ class Worker:
         ]
         if self._periodic is not None:
             background.append(asyncio.create_task(self._periodic.run(), name="ferryq-periodic"))
-        background.append(asyncio.create_task(self._watch_leases(), name="ferryq-lease-watch"))
+        background.append(asyncio.create_task(self.leases.watch(), name="ferryq-lease-watch"))
         unwritten: list[Finish] = []
         try:
             if self.burst:
@@ -325,30 +313,29 @@ class Worker:
             heapq.heappush(self._queued, _InOrder(attempt))
 
     def _launch(self, attempt: Attempt) -> None:
-        job = attempt.job
-        if attempt.lease_until - lease_margin(job.ttr) <= self.app.clock():
+        job, now = attempt.job, self.app.clock()
+        if not self.leases.may_start(attempt, now):
             # Its lease passed (or nearly) while it waited: the database may hand it to
-            # another worker any moment, so it must not start here (SPEC §4).
+            # another worker any moment, so it must not start here (ferryq/worker/leases.py).
             log.warning("job %d not started: its lease ran out before a slot was free", job.id)
             self._settle_queued(attempt, "returned")
             return
         self._running += 1
-        attempt.started_at = self.app.clock()
+        attempt.started_at = now
         if job.timeout is not None:
-            attempt.deadline = attempt.started_at + job.timeout
+            attempt.deadline = now + job.timeout
         metrics.START_DELAY_SECONDS.observe(
-            max(attempt.started_at - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
+            max(now - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
         )
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
-        self._watch_now.set()
+        self.leases.started(attempt)
 
     async def _run_attempt(self, attempt: Attempt) -> None:
+        assert self._executor is not None
+        run = self._executor.run if self._executor.hooks is None else self._executor.run_with_hooks
         clock = self.app.clock
-        outcome: Outcome | None = None
         try:
-            finish, outcome = await executor.run(
-                attempt, self._threads, clock, self.id, self._hooks
-            )
+            finish = await run(attempt)
         except asyncio.CancelledError:
             # run() handles the cancellation of the handler itself; a cancel that
             # lands after it returned must not lose the job.
@@ -357,9 +344,11 @@ class Worker:
             log.exception("running job %d failed outside its handler", attempt.job.id)
             finish = executor.failure(attempt.job, exc, clock(), self.id,
                                       started_at=attempt.started_at)  # fmt: skip
-        if outcome is not None and attempt_log.wanted(outcome):
-            attempt_log.log_attempt(attempt, outcome, self.id)
-        finish.finished_at = clock()
+        else:
+            if attempt_log.wanted(finish.kind):
+                attempt_log.log_attempt(attempt, finish, self.id)
+            if self._executor.hooks is not None:
+                finish.finished_at = clock()  # the after hooks ran since
         if attempt.started_at is not None:
             metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
                                         attempt.job.namespace, attempt.job.queue)  # fmt: skip
@@ -370,7 +359,8 @@ class Worker:
     def _launch_queued(self) -> None:
         """Start the first prefetched job, in ``order_time`` order, whose ttl has not
         passed meanwhile. One that expired waiting for a slot is handed back unstarted
-        (SPEC §5: never started after its ttl); the leader's next round expires it."""
+        (docs/guarantees.md: never started after its ttl); the leader's next round
+        expires it."""
         while self._queued and self._running < self.concurrency:
             attempt = heapq.heappop(self._queued).attempt
             expires_at = attempt.job.expires_at
@@ -388,6 +378,11 @@ class Worker:
         heapq.heapify(self._queued)
         return True
 
+    def _drop_unstarted(self, attempt: Attempt) -> None:
+        """A cancel requested for a prefetched job that has not started: it ends so."""
+        if self._drop_queued(attempt):
+            self._settle_queued(attempt, "cancelled")
+
     def _settle_queued(self, attempt: Attempt, kind: FinishKind) -> None:
         """End a prefetched job that never started (shutdown, cancel, lease passed)."""
         self._release(attempt, Finish(kind, attempt.job.id, attempt.job.fence, self.app.clock()))
@@ -402,14 +397,13 @@ class Worker:
         self._producer.slot_freed.set()
         finish.lane = attempt.job.lane
         metrics.FINISHED.inc(1, attempt.job.namespace, attempt.job.queue, finish.kind)
-        self._unwritten[job_id, finish.fence] = attempt
+        self.leases.ended(attempt, finish)
         self._completer.add(finish)
         if (successor := attempt.successor) is not None and self.active.get(job_id) is successor:
             self._enqueue_or_launch(successor)
 
     def _on_written(self, batch: list[Finish], report: FinishReport) -> None:
-        for finish in batch:
-            self._unwritten.pop((finish.id, finish.fence), None)
+        self.leases.written(batch)
         self.finished += len(report.accepted)
         self.stale_completions += len(report.stale)
         if report.stale:
@@ -426,10 +420,8 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            # Often enough that no lease runs out between two beats.
-            shortest = min((a.job.ttr for a in self.active.values()), default=math.inf)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(self.heartbeat_interval, shortest / 3)):
+                async with asyncio.timeout(self.leases.renew_within(self.heartbeat_interval)):
                     await self._beat_now.wait()
             self._beat_now.clear()
             try:
@@ -442,7 +434,7 @@ class Worker:
     async def _beat(self) -> None:
         """Renew leases first (what keeps jobs from running twice), then say alive."""
         assert self._store is not None
-        await self._renew_leases(self._store)
+        await self.leases.renew(self._store)
         now = self.app.clock()
         info = WorkerInfo(
             self.id, self.app.namespace, self.queues, socket.gethostname(), os.getpid(),
@@ -450,123 +442,6 @@ class Worker:
             stats=metrics.METRICS.snapshot(),
         )  # fmt: skip
         await self._store.worker_beat(info)
-
-    async def _renew_leases(self, store: Store) -> None:
-        now = self.app.clock()
-        # Every lease held, of attempts running or waiting for a slot and of those
-        # whose outcome is not written yet (so that the outcome, once the database
-        # answers again, finds its lease still there): each is renewed past a third of
-        # its ttr, and at once on ctx.heartbeat().
-        holding = {**{a.job.id: a for a in self._unwritten.values()}, **self.active}
-        # The claim stamped started_at with its own time; the first renewal after the
-        # handler began writes when it really did (a finish writes it too).
-        started = {
-            job_id: a.started_at for job_id, a in self.active.items()
-            if a.started_at is not None and not a.start_written and a.running
-        }  # fmt: skip
-        # What attempts reported through ctx.progress since the last renewal.
-        progress = {
-            job_id: report for job_id, a in self.active.items()
-            if (report := a.ctx._take_progress()) is not None
-        }  # fmt: skip
-        extend = [
-            job_id for job_id, a in holding.items()
-            if a.lease_until - now < a.job.ttr * 2 / 3
-            or a.ctx._take_heartbeat() or job_id in started or job_id in progress
-        ]  # fmt: skip
-        held = [(i, a.job.fence) for i, a in holding.items()]
-        if not held:
-            return
-        try:
-            leases = await store.job_leases(held, extend, now, started, progress)
-        except BaseException:
-            for job_id, report in progress.items():  # kept for the next renewal
-                if (attempt := self.active.get(job_id)) is not None:
-                    attempt.ctx._keep_progress(report)
-            raise
-        self._renewed(leases, holding, started, now)
-
-    def _renewed(
-        self, leases: Leases, holding: dict[int, Attempt], started: dict[int, float], now: float
-    ) -> None:
-        """Act on what a renewal found: leases extended, lost, cancels requested."""
-        for job_id in leases.extended:
-            if (attempt := holding.get(job_id)) is not None:
-                attempt.lease_until = now + attempt.job.ttr
-                attempt.start_written = attempt.start_written or job_id in started
-        # What the renewal found is about the attempts it asked for (``holding``): by
-        # the time it answers, a finished one may have been claimed again, here, by a
-        # new attempt with a new fence, which is neither lost nor told of a cancel yet.
-        for job_id in leases.lost:  # recovered or claimed again elsewhere: stop wasting work
-            if (attempt := holding.get(job_id)) is not None and attempt.running:
-                attempt.interrupt(Stop.LEASE)
-        for job_id in leases.cancel_requested:
-            attempt = holding.get(job_id)
-            if attempt is None or self.active.get(job_id) is not attempt:
-                continue
-            if attempt.runner is None:
-                if self._drop_queued(attempt):
-                    self._settle_queued(attempt, "cancelled")
-            else:
-                attempt.interrupt(Stop.CANCEL)
-        self._watch_now.set()
-
-    # -- the lease watch: a clock that never waits for the database --------------
-
-    async def _watch_leases(self) -> None:
-        """Stop every attempt whose lease could not be renewed, ``lease_margin`` before
-        it passes, and exit if one cannot be stopped before it does: whatever the
-        database does (down, locked, full), the job then never runs in two places."""
-        while True:
-            self._watch_now.clear()
-            wake = self._check_leases(self.app.clock())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(wake, 0.01)):
-                    await self._watch_now.wait()
-
-    def _check_leases(self, now: float) -> float:
-        """Act on the leases and time limits as of ``now``; return the seconds until
-        the next check."""
-        wake = 1.0
-        for attempt in list(self.active.values()):
-            if not attempt.running:
-                continue
-            if attempt.deadline is not None and attempt.stop is None:
-                if now >= attempt.deadline:
-                    self._time_out(attempt)
-                else:
-                    wake = min(wake, attempt.deadline - now)
-            margin = lease_margin(attempt.job.ttr)
-            stop_at = attempt.lease_until - margin
-            if now < stop_at:
-                wake = min(wake, stop_at - now)
-                continue
-            if attempt.stop is not Stop.LEASE:
-                log.warning("job %d: its lease (ttr %g s) could not be renewed and passes in "
-                            "%.2f s: stopping the attempt", attempt.job.id, attempt.job.ttr,
-                            attempt.lease_until - now)  # fmt: skip
-                attempt.interrupt(Stop.LEASE)
-            give_up_at = attempt.lease_until - margin / 2
-            if now >= give_up_at:
-                self._abandon(attempt)
-            wake = min(wake, give_up_at - now)
-        return wake
-
-    def _time_out(self, attempt: Attempt) -> None:
-        job = attempt.job
-        log.warning("job %d (%s) ran past its time limit of %g s: stopping it", job.id, job.task,
-                    job.timeout, extra={"fields": {"job_id": job.id, "task": job.task,
-                                                   "timeout": job.timeout}})  # fmt: skip
-        attempt.interrupt(Stop.TIMEOUT)
-
-    def _abandon(self, attempt: Attempt) -> None:
-        log.critical(
-            "job %d (%s) did not stop when asked and its lease passes in %.2f s: exiting "
-            "now so that it cannot run here while another worker runs it",
-            attempt.job.id, attempt.job.task, attempt.lease_until - self.app.clock(),
-        )  # fmt: skip
-        logging.shutdown()
-        os._exit(EXIT_STUCK)
 
     # -- signals -----------------------------------------------------------------
 

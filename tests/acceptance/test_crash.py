@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import ferryq
-from ferryq.worker.runner import EXIT_STUCK
+from ferryq.worker.leases import EXIT_STUCK
 from tests.acceptance.conftest import Workers, fifos, read_fifo
 from tests.acceptance.tasks import hold, two_stages
 from tests.pg import PgCluster, drop_database

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import ferryq
-from ferryq.worker.runner import EXIT_STUCK
+from ferryq.worker.leases import EXIT_STUCK
 from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.tasks import stuck, work, work_async
 from tests.pg import LocalCluster, PgCluster

@@ -13,6 +13,7 @@ import pytest
 
 import ferryq
 from ferryq import backoff
+from ferryq.context import AttemptSignals, attempt_context
 from ferryq.store.base import Finish
 from ferryq.testing import drain_async
 from ferryq.worker.executor import Attempt, Interrupted, Stop, _Thread
@@ -31,7 +32,7 @@ async def _until(condition: Any, what: str, within: float = 10.0) -> None:
 async def _past_the_limit(worker: ferryq.Worker, clock: FrozenClock, seconds: float) -> None:
     """Move time past a running attempt's limit and let the worker's watch see it."""
     clock.advance(seconds)
-    worker._watch_now.set()
+    worker.leases.look_now()
 
 
 # -- time limits -----------------------------------------------------------------------
@@ -328,8 +329,9 @@ async def test_progress_is_stored_while_running_and_cleared_by_the_next_claim(
 
 
 def test_progress_refuses_what_is_not_an_amount() -> None:
-    ctx = ferryq.Context(job_id=1, task="t", queue="q", attempt=1, fence=1, stage=None,
-                         context=None)  # fmt: skip
+    signals = AttemptSignals()
+    ctx = attempt_context(signals, lambda: 1234.5, job_id=1, task="t", queue="q", attempt=1,
+                          fence=1, stage=None, context=None)  # fmt: skip
     for bad in (-1, float("nan"), float("inf"), "3", True):
         with pytest.raises(ValueError, match="done"):
             ctx.progress(bad)  # type: ignore[arg-type]
@@ -338,7 +340,8 @@ def test_progress_refuses_what_is_not_an_amount() -> None:
     with pytest.raises(ValueError, match="note"):
         ctx.progress(1, note=3)  # type: ignore[arg-type]
     ctx.progress(2.5, note="x" * 1000)
-    assert len(json.loads(ctx._take_progress() or "{}")["note"]) == 255
+    report = json.loads(signals.take_progress() or "{}")
+    assert len(report["note"]) == 255 and report["at"] == 1234.5  # the App's clock
 
 
 # -- hooks -----------------------------------------------------------------------------

@@ -35,7 +35,6 @@ def producer_over(store: HalfDone, completer: Completer, started: list[int]) -> 
         cast(Store, store), completer, namespace="default", queues=["default"], worker_id="w",
         tasks={}, capacity=10, batch=10, clock=lambda: 100.0,
         start=lambda attempt: started.append(attempt.job.id), active=cast(dict[int, Attempt], {}),
-        request_heartbeat=lambda: None,
     )  # fmt: skip
 
 
