@@ -2,7 +2,7 @@
 
     python -m bench.ab REF [--rounds N] [--jobs N] [--enqueues N] [--pin] [--core N]
                            [--settings pg,normal,full] [--measures drain,enqueue]
-                           [--worker-args "--log-level warning"]
+                           [--log-level warning] [--worker-args "..."]
     make ab REF=main [AB_ARGS="--pin --rounds 7"]
 
 REF is checked out into a temporary worktree (``git worktree add --detach``, removed
@@ -24,6 +24,10 @@ did), and use the public API alone (bench/ab_side.py), so that old refs work too
 Every measurement gets a fresh database, left empty for the side's own code to
 migrate (schemas differ between refs). PostgreSQL is the benchmarks' durable
 throwaway cluster (bench/pg_cluster.py), or FERRYQ_BENCH_PG_URL.
+
+The workers log as ``ferryq worker`` does by default (INFO, a line per attempt);
+``--log-level`` sets FERRYQ_LOG_LEVEL for both sides (a ref whose command line does not
+read it logs at its own default).
 
 ``--pin`` puts the measured process (the worker, or the enqueuing process) and the
 database (the PostgreSQL postmaster and its processes, ``taskset -a -cp``; backends
@@ -83,6 +87,7 @@ class Run:
     jobs: int
     enqueues: int
     worker_args: list[str]
+    log_level: str | None  # FERRYQ_LOG_LEVEL of the workers, if given
     core: int | None  # --pin: the core of the measured process and the database
 
     def pinned(self) -> Callable[[], None] | None:
@@ -107,6 +112,8 @@ def drain(run: Run, side: Side, url: str) -> tuple[float, float]:
     ticks = runs.ticks_file(run.workdir)
     log = ticks.with_name("worker.log")
     env = {**run.env(side, url), ab_side.TICKS_ENV: str(ticks)}
+    if run.log_level is not None:
+        env["FERRYQ_LOG_LEVEL"] = run.log_level
     command = [sys.executable, "-m", "ferryq", "worker", "ab_side:app", "--concurrency",
                str(runs.CONCURRENCY), "--queues", "default", *run.worker_args]  # fmt: skip
     with open(log, "wb") as stderr:
@@ -296,6 +303,7 @@ def main() -> None:
     parser.add_argument("--enqueues", type=int, default=2_000, help="calls an enqueue measure")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--measures", default=",".join(MEASURES))
+    parser.add_argument("--log-level", help="the workers' FERRYQ_LOG_LEVEL (default: theirs)")
     parser.add_argument("--worker-args", default="", help="more options for ferryq worker")
     parser.add_argument("--pin", action="store_true", help="the measured process and the "
                         "database on one core")  # fmt: skip
@@ -314,10 +322,12 @@ def main() -> None:
         with checkout(options.ref, workdir) as ref_tree:
             sides = [Side(f"REF {options.ref}", ref_tree), Side("working", ROOT)]
             core = options.core if options.pin else None
-            run = Run(workdir, options.jobs, options.enqueues,
-                      shlex.split(options.worker_args), core)  # fmt: skip
+            run = Run(workdir, options.jobs, options.enqueues, shlex.split(options.worker_args),
+                      options.log_level, core)  # fmt: skip
             figures = measure(run, sides, settings, measures, options.rounds)
     pinned = f"pinned to core {options.core}" if options.pin else "not pinned"
+    if options.log_level:
+        pinned += f", workers at FERRYQ_LOG_LEVEL={options.log_level}"
     report(figures, sides, f"medians of {options.rounds} rounds, {options.jobs:,} jobs a "
            f"drain, {options.enqueues:,} single enqueues a measure, {pinned}; "
            f"{heading}")  # fmt: skip

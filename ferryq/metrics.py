@@ -75,33 +75,43 @@ class Registry:
 
 
 class Counter:
-    __slots__ = ("family", "registry")
+    __slots__ = ("_lock", "_values", "family", "registry")
 
     def __init__(self, registry: Registry, family: Family) -> None:
         self.registry = registry
         self.family = family
+        self._lock, self._values = registry._lock, family.values
 
     def inc(self, amount: float = 1.0, *labels: str) -> None:
-        with self.registry._lock:
-            slot = self.family.values.setdefault(labels, [0.0])
-            slot[0] += amount
+        with self._lock:
+            self._slot(labels)[0] += amount
+
+    def _slot(self, labels: tuple[str, ...]) -> list[float]:
+        """The value of ``labels``, made if new; the registry's lock held."""
+        slot = self._values.get(labels)
+        if slot is None:
+            slot = self._values[labels] = [0.0]
+        return slot
 
 
 class Histogram:
-    __slots__ = ("family", "registry")
+    __slots__ = ("_lock", "_values", "family", "registry")
 
     def __init__(self, registry: Registry, family: Family) -> None:
         self.registry = registry
         self.family = family
+        self._lock, self._values = registry._lock, family.values
 
     def observe(self, value: float, *labels: str) -> None:
-        with self.registry._lock:
-            slot = self.family.values.get(labels)
-            if slot is None:
-                slot = self.family.values[labels] = [0.0] * (len(BUCKETS) + 3)
-            slot[bisect.bisect_left(BUCKETS, value)] += 1  # the last bucket is +Inf
-            slot[-2] += value
-            slot[-1] += 1
+        with self._lock:
+            _put(self._slot(labels), value)
+
+    def _slot(self, labels: tuple[str, ...]) -> list[float]:
+        """The buckets, sum and count of ``labels``, made if new; the lock held."""
+        slot = self._values.get(labels)
+        if slot is None:
+            slot = self._values[labels] = [0.0] * (len(BUCKETS) + 3)
+        return slot
 
 
 def gauge_text(name: str, help: str, samples: Iterable[tuple[Mapping[str, str], float]]) -> str:
@@ -165,3 +175,67 @@ HTTP_REQUESTS = METRICS.counter("ferryq_http_requests", "HTTP requests served.",
                                 ("listener", "route", "method", "status"))  # fmt: skip
 HTTP_SECONDS = METRICS.histogram("ferryq_http_request_seconds", "HTTP request durations.",
                                  ("listener", "route"))  # fmt: skip
+
+
+_LOCK = METRICS._lock
+
+
+class QueueMetrics:
+    """What a worker counts for every attempt of one queue, held where the registry
+    keeps it: each update takes the lock once and looks nothing up, as a worker makes
+    three of them an attempt (claimed, started, ended)."""
+
+    __slots__ = ("_claimed", "_delay", "_finished", "_labels", "_lag", "_ran")
+
+    def __init__(self, namespace: str, queue: str) -> None:
+        self._labels = (namespace, queue)
+        self._claimed: list[float] | None = None
+        self._lag: list[float] | None = None
+        self._delay: list[float] | None = None
+        self._ran: list[float] | None = None
+        self._finished: dict[str, list[float]] = {}  # by outcome
+
+    def claimed(self, lag: float) -> None:
+        """A job claimed, ``lag`` seconds after it was due."""
+        _LOCK.acquire()  # not ``with``: twice the cost, three times an attempt
+        try:
+            if self._claimed is None or self._lag is None:
+                self._claimed = CLAIMED._slot(self._labels)
+                self._lag = LAG_SECONDS._slot(self._labels)
+            self._claimed[0] += 1
+            _put(self._lag, lag)
+        finally:
+            _LOCK.release()
+
+    def started(self, delay: float) -> None:
+        """An attempt started, ``delay`` seconds after its claim."""
+        _LOCK.acquire()
+        try:
+            if self._delay is None:
+                self._delay = START_DELAY_SECONDS._slot(self._labels)
+            _put(self._delay, delay)
+        finally:
+            _LOCK.release()
+
+    def ended(self, outcome: str, ran: float | None) -> None:
+        """An attempt ended with ``outcome``, its handler having run ``ran`` seconds
+        (None: it never started)."""
+        _LOCK.acquire()
+        try:
+            count = self._finished.get(outcome)
+            if count is None:
+                count = self._finished[outcome] = FINISHED._slot((*self._labels, outcome))
+            count[0] += 1
+            if ran is not None:
+                if self._ran is None:
+                    self._ran = RUN_SECONDS._slot(self._labels)
+                _put(self._ran, ran)
+        finally:
+            _LOCK.release()
+
+
+def _put(slot: list[float], value: float) -> None:
+    """``value`` into a histogram's ``slot``, the registry's lock held."""
+    slot[bisect.bisect_left(BUCKETS, value)] += 1  # the last bucket is +Inf
+    slot[-2] += value
+    slot[-1] += 1

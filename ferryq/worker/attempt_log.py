@@ -47,7 +47,8 @@ def _record(level: int, text: str) -> logging.LogRecord:
     record = _new_record(logging.LogRecord)
     record.__dict__ = values = _template_fields.copy()
     created = time.time()
-    values["created"], values["msecs"] = created, int((created - int(created)) * 1000) + 0.0
+    # As LogRecord works it out (created % 1 is created - int(created), exactly).
+    values["created"], values["msecs"] = created, int(created % 1.0 * 1000) + 0.0
     values["relativeCreated"] = (created - _template.created) * 1000 + _template.relativeCreated
     values["levelno"], values["levelname"] = level, _LEVEL_NAMES[level]
     values["msg"] = text
@@ -78,17 +79,20 @@ def log_attempt(attempt: Attempt, finish: Finish, worker: str) -> None:
     """Log the line of ``attempt``, which ended with ``finish`` (check ``wanted``
     first: this does not)."""
     job, kind, error = attempt.job, finish.kind, attempt.error
-    timed_out = isinstance(error, TimedOut)
-    started = attempt.started_at or 0.0
-    duration = max(finish.finished_at - started, 0.0) if attempt.started_at is not None else 0.0
-    said = "timed out" if timed_out else _SAID.get(kind, kind)
-    text = (f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} {said} in "
-            f"{duration:.3f} s")  # fmt: skip
-    retry_at = finish.run_at if kind == "retry" else None
-    if retry_at is not None:
-        text += f", retry in {max(retry_at - (started + duration), 0.0):.1f} s"
-    error_line = None if error is None else one_line(error)
-    if error_line is not None:
+    started = attempt.started_at
+    duration = 0.0 if started is None else max(finish.finished_at - started, 0.0)
+    if error is None:  # the common case: said in one piece
+        timed_out, error_line, retry_at = False, None, None
+        text = (f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} "
+                f"{_SAID.get(kind, kind)} in {duration:.3f} s")  # fmt: skip
+    else:
+        timed_out, error_line = isinstance(error, TimedOut), one_line(error)
+        said = "timed out" if timed_out else _SAID.get(kind, kind)
+        text = (f"job {job.id} {job.task} attempt {job.attempts}/{job.max_tries} {said} in "
+                f"{duration:.3f} s")  # fmt: skip
+        retry_at = finish.run_at if kind == "retry" else None
+        if retry_at is not None:
+            text += f", retry in {max(retry_at - ((started or 0.0) + duration), 0.0):.1f} s"
         text += f": {error_line}"
     record = _record(LEVELS[kind], text)
     record.fields = {

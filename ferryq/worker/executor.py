@@ -18,6 +18,7 @@ from ferryq import _json, policy
 from ferryq.context import AttemptSignals, Context, attempt_context
 from ferryq.errors import SerializationError
 from ferryq.hooks import Hooks, Outcome
+from ferryq.metrics import QueueMetrics
 from ferryq.outcome import DependencyFailed, Fail, Next, Retry, TimedOut
 from ferryq.policy import AFTER_RESULTS
 from ferryq.store.base import Claimed, Finish
@@ -55,6 +56,7 @@ class Attempt:
     job: Claimed
     task: Task[Any, Any] | None
     lease_until: float
+    counts: QueueMetrics = field(repr=False)  # its queue's metrics
     started_at: float | None = None
     deadline: float | None = None  # when its time limit passes, once started
     stop: Stop | None = None
@@ -195,8 +197,19 @@ class Executor:
         """Run the handler; every outcome, even a crash of the handler, becomes a
         Finish. What ended the handler is left in ``attempt.error``/``result``."""
         attempt.begun = True
+        job = attempt.job
         try:
-            value = await self._call(attempt)
+            task = _task(attempt)
+            decoded = [] if job.args == "[]" else json.loads(job.args)
+            if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
+                decoded = await self._with_results(attempt, decoded)
+            args, kwargs = self._arguments(attempt, task, decoded)
+            if attempt.stop is not None:  # stopped before its handler began: it never runs
+                raise Interrupted
+            if task.is_async:
+                value = await task.fn(*args, **kwargs)
+            else:
+                value = await self._in_thread(attempt, task.fn, args, kwargs)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: see _ended_by
             attempt.handler_done = True
             return self._ended_by(attempt, exc)
@@ -222,17 +235,11 @@ class Executor:
             await hooks.call(hooks.after_attempt_hooks, ctx, outcome(attempt, finish))
         return finish
 
-    async def _call(self, attempt: Attempt) -> Any:
-        task, job = attempt.task, attempt.job
-        if job.dep_failed is not None:
-            after_id, state = json.loads(job.dep_failed)
-            raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does "
-                                   "not run (after_failed='fail')")  # fmt: skip
-        if task is None:
-            raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
-        decoded = [] if job.args == "[]" else json.loads(job.args)
-        if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
-            decoded = await self._with_results(attempt, decoded)
+    def _arguments(
+        self, attempt: Attempt, task: Task[Any, Any], decoded: Any
+    ) -> tuple[Sequence[Any], dict[str, Any]]:
+        """The handler's arguments, from the job's (a list, or an object of keywords),
+        with its Context slotted in if it takes one."""
         args: Sequence[Any] = []
         kwargs: dict[str, Any] = {}
         if isinstance(decoded, dict):
@@ -243,16 +250,19 @@ class Executor:
             args = [decoded]
         if task.context_param is not None:
             args, kwargs = task.with_context(args, kwargs, self.context(attempt))
-        if attempt.stop is not None:  # stopped before its handler began: it never runs
-            raise Interrupted
-        if task.is_async:
-            return await task.fn(*args, **kwargs)
+        return args, kwargs
+
+    async def _in_thread(
+        self, attempt: Attempt, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Call a sync handler in a thread of the pool, where ``Attempt.interrupt`` can
+        reach it, and in the context the hooks left (a trace span, say), as an async
+        handler is."""
         thread = attempt.thread = _Thread()
-        # In the context the hooks left (a trace span, say), as an async handler is.
         context = contextvars.copy_context()
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                self.threads, context.run, thread.call, task.fn, args, kwargs
+                self.threads, context.run, thread.call, fn, args, kwargs
             )
         finally:
             attempt.thread = None
@@ -297,6 +307,19 @@ class Executor:
             return failure(job, exc, now, self.worker, permanent=True,
                            started_at=attempt.started_at)  # fmt: skip
         return Finish("succeeded", job.id, job.fence, now, attempt.started_at, result)
+
+
+def _task(attempt: Attempt) -> Task[Any, Any]:
+    """The attempt's task; it fails, its handler never run, when a dependency failed
+    it or no handler of that name is registered here."""
+    job = attempt.job
+    if job.dep_failed is not None:
+        after_id, state = json.loads(job.dep_failed)
+        raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does not "
+                               "run (after_failed='fail')")  # fmt: skip
+    if attempt.task is None:
+        raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
+    return attempt.task
 
 
 def outcome(attempt: Attempt, finish: Finish) -> Outcome:

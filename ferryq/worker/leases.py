@@ -15,8 +15,8 @@ is no longer the job's. This module is the worker's side of that promise
 - **What a renewal finds.** A lease lost (the job recovered, or claimed again
   elsewhere) stops its attempt (``Stop.LEASE``); a cancel requested stops it
   (``Stop.CANCEL``), or ends it unstarted if it still waits for a slot.
-- **No start on a passing lease** (``LeaseKeeper.may_start``): an attempt whose lease
-  is within the margin below does not start; it goes back unrun.
+- **No start on a passing lease** (``LeaseKeeper.start``): an attempt whose lease is
+  within the margin below does not start; it goes back unrun.
 - **The watch** (``LeaseKeeper.watch``), on the worker's own clock, which never waits
   for the database: an attempt whose lease could not be renewed is stopped
   ``lease_margin`` before the lease passes, and if it has not stopped when half that
@@ -93,20 +93,23 @@ class LeaseKeeper:
 
     # -- what the runner tells the keeper ------------------------------------------
 
-    def may_start(self, attempt: Attempt, now: float) -> bool:
-        """Whether ``attempt`` may start at ``now``: its lease not passing (or nearly)
-        while it waited for a slot, when the database may give the job to another
-        worker any moment."""
-        return attempt.lease_until - lease_margin(attempt.job.ttr) > now
-
-    def started(self, attempt: Attempt) -> None:
-        """``attempt`` started: the watch looks sooner if its lease or its time limit
-        needs it to; otherwise (the common case) this costs nothing more."""
-        first = attempt.lease_until - lease_margin(attempt.job.ttr)
-        if attempt.deadline is not None:
+    def start(self, attempt: Attempt, now: float) -> bool:
+        """Start ``attempt`` at ``now`` (its start time, its time limit), unless its
+        lease passed, or nearly, while it waited for a slot: the database may give the
+        job to another worker any moment, and it must not start here then. The watch
+        looks sooner if the attempt needs it to; otherwise (the common case) starting
+        costs nothing more."""
+        job = attempt.job
+        first = attempt.lease_until - lease_margin(job.ttr)
+        if first <= now:
+            return False
+        attempt.started_at = now
+        if job.timeout is not None:
+            attempt.deadline = now + job.timeout
             first = min(first, attempt.deadline)
         if first < self._next_look:
             self._look_now.set()
+        return True
 
     def ended(self, attempt: Attempt, finish: Finish) -> None:
         """``attempt`` ended with ``finish``: its lease is renewed until that is written."""

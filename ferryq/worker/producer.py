@@ -13,16 +13,12 @@ import contextlib
 import logging
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from ferryq.faults import MAX_BACKOFF, FaultLog
 from ferryq.store.base import Claimed, CycleHalfDone, Store
 from ferryq.turns import Turn, Turns
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt
-
-if TYPE_CHECKING:
-    from ferryq.task import Task
 
 log = logging.getLogger("ferryq.worker")
 
@@ -39,11 +35,10 @@ class Producer:
         namespace: str,
         queues: Sequence[str],
         worker_id: str,
-        tasks: dict[str, Task[Any, Any]],
         capacity: int,
         batch: int,
         clock: Callable[[], float],
-        start: Callable[[Attempt], None],
+        start: Callable[[list[Claimed]], None],
         active: dict[int, Attempt],
         max_idle: float = 1.0,
     ) -> None:
@@ -52,7 +47,6 @@ class Producer:
         self.namespace = namespace
         self.queues = list(queues)
         self.worker_id = worker_id
-        self.tasks = tasks
         self.capacity = capacity
         self.batch = batch
         self.clock = clock
@@ -113,9 +107,7 @@ class Producer:
             return
         try:
             await turn.wait()
-            tasks = self.tasks
-            for job in sorted(claimed, key=_in_order):
-                self.start(Attempt(job, tasks.get(job.task), job.lease_until))
+            self.start(sorted(claimed, key=_in_order))
         finally:
             turn.end()
 

@@ -22,7 +22,7 @@ from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
 from ferryq.policy import JobOptions
 from ferryq.store import safe_url
-from ferryq.store.base import Finish, FinishKind, FinishReport, Store, WorkerInfo
+from ferryq.store.base import Claimed, Finish, FinishKind, FinishReport, Store, WorkerInfo
 from ferryq.worker import attempt_log, executor
 from ferryq.worker.completer import Completer
 from ferryq.worker.executor import Attempt, Executor, Stop
@@ -91,6 +91,7 @@ class Worker:
         # Attempts whose job was claimed again (their lease lost) while they still run;
         # the new claim waits for them to end (``Attempt.successor``).
         self._superseded: dict[int, Attempt] = {}
+        self._counts: dict[str, metrics.QueueMetrics] = {}  # by queue
         self.leases = LeaseKeeper(app.clock, self.active, self._drop_unstarted)
         self._executor: Executor | None = None
         self._faults = FaultLog(log)
@@ -119,8 +120,8 @@ class Worker:
         completer = self._completer = Completer(self._on_written, store.refuses)
         producer = self._producer = Producer(
             store, completer, namespace=self.app.namespace, queues=self.queues,
-            worker_id=self.id, tasks=self.app.tasks, capacity=self.concurrency + self.prefetch,
-            batch=self.batch, clock=self.app.clock, start=self._start, active=self.active,
+            worker_id=self.id, capacity=self.concurrency + self.prefetch,
+            batch=self.batch, clock=self.app.clock, start=self._start_claimed, active=self.active,
         )  # fmt: skip
         self._executor = Executor(
             worker=self.id, clock=self.app.clock, threads=self._threads,
@@ -275,12 +276,19 @@ class Worker:
 
     # -- attempts ----------------------------------------------------------------
 
+    def _start_claimed(self, jobs: list[Claimed]) -> None:
+        """Jobs just claimed, in the order they are to start."""
+        tasks, counts = self.app.tasks, self._counts
+        for job in jobs:
+            queue = counts.get(job.queue)
+            if queue is None:
+                queue = counts[job.queue] = metrics.QueueMetrics(job.namespace, job.queue)
+            self._start(Attempt(job, tasks.get(job.task), job.lease_until, queue))
+
     def _start(self, attempt: Attempt) -> None:
         """A claimed job: run it now if a slot is free, else queue it (prefetch)."""
         job = attempt.job
-        metrics.CLAIMED.inc(1, job.namespace, job.queue)
-        metrics.LAG_SECONDS.observe(max(attempt.lease_until - job.ttr - job.run_at, 0.0),
-                                    job.namespace, job.queue)  # fmt: skip
+        attempt.counts.claimed(max(attempt.lease_until - job.ttr - job.run_at, 0.0))
         previous = self.active.get(job.id)
         self.active[job.id] = attempt
         if previous is not None and not previous.running:
@@ -314,21 +322,13 @@ class Worker:
 
     def _launch(self, attempt: Attempt) -> None:
         job, now = attempt.job, self.app.clock()
-        if not self.leases.may_start(attempt, now):
-            # Its lease passed (or nearly) while it waited: the database may hand it to
-            # another worker any moment, so it must not start here (ferryq/worker/leases.py).
+        if not self.leases.start(attempt, now):
             log.warning("job %d not started: its lease ran out before a slot was free", job.id)
             self._settle_queued(attempt, "returned")
             return
         self._running += 1
-        attempt.started_at = now
-        if job.timeout is not None:
-            attempt.deadline = now + job.timeout
-        metrics.START_DELAY_SECONDS.observe(
-            max(now - (attempt.lease_until - job.ttr), 0.0), job.namespace, job.queue
-        )
+        attempt.counts.started(max(now - (attempt.lease_until - job.ttr), 0.0))
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
-        self.leases.started(attempt)
 
     async def _run_attempt(self, attempt: Attempt) -> None:
         assert self._executor is not None
@@ -349,9 +349,6 @@ class Worker:
                 attempt_log.log_attempt(attempt, finish, self.id)
             if self._executor.hooks is not None:
                 finish.finished_at = clock()  # the after hooks ran since
-        if attempt.started_at is not None:
-            metrics.RUN_SECONDS.observe(finish.finished_at - attempt.started_at,
-                                        attempt.job.namespace, attempt.job.queue)  # fmt: skip
         self._running -= 1
         self._launch_queued()
         self._release(attempt, finish)
@@ -395,8 +392,9 @@ class Worker:
             del self._superseded[job_id]
         assert self._producer is not None and self._completer is not None
         self._producer.slot_freed.set()
+        started = attempt.started_at
         finish.lane = attempt.job.lane
-        metrics.FINISHED.inc(1, attempt.job.namespace, attempt.job.queue, finish.kind)
+        attempt.counts.ended(finish.kind, None if started is None else finish.finished_at - started)
         self.leases.ended(attempt, finish)
         self._completer.add(finish)
         if (successor := attempt.successor) is not None and self.active.get(job_id) is successor:

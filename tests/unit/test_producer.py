@@ -33,8 +33,9 @@ class HalfDone:
 def producer_over(store: HalfDone, completer: Completer, started: list[int]) -> Producer:
     return Producer(
         cast(Store, store), completer, namespace="default", queues=["default"], worker_id="w",
-        tasks={}, capacity=10, batch=10, clock=lambda: 100.0,
-        start=lambda attempt: started.append(attempt.job.id), active=cast(dict[int, Attempt], {}),
+        capacity=10, batch=10, clock=lambda: 100.0,
+        start=lambda jobs: started.extend(job.id for job in jobs),
+        active=cast(dict[int, Attempt], {}),
     )  # fmt: skip
 
 
