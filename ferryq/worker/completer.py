@@ -73,9 +73,10 @@ class Completer:
         return list(self._pending)
 
     def add(self, finish: Finish) -> None:
+        if not self._pending:  # else run() is already on its way to write them
+            self._idle.clear()
+            self._wake.set()
         self._pending.append(finish)
-        self._idle.clear()
-        self._wake.set()
 
     def take(self) -> list[Finish]:
         batch = self._pending[: self._take]

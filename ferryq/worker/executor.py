@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from ferryq import _json, policy
 from ferryq.context import AttemptSignals, Context, attempt_context
@@ -197,13 +197,15 @@ class Executor:
         """Run the handler; every outcome, even a crash of the handler, becomes a
         Finish. What ended the handler is left in ``attempt.error``/``result``."""
         attempt.begun = True
-        job = attempt.job
+        job, task = attempt.job, attempt.task
         try:
-            task = _task(attempt)
-            decoded = [] if job.args == "[]" else json.loads(job.args)
-            if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
-                decoded = await self._with_results(attempt, decoded)
-            args, kwargs = self._arguments(attempt, task, decoded)
+            if task is None or job.dep_failed is not None:
+                _refused(attempt)
+            if job.args == "[]" and task.context_param is None and AFTER_RESULTS not in job.meta:
+                args: Sequence[Any] = ()  # no arguments to decode: the common case
+                kwargs: dict[str, Any] = {}
+            else:
+                args, kwargs = await self._arguments(attempt, task)
             if attempt.stop is not None:  # stopped before its handler began: it never runs
                 raise Interrupted
             if task.is_async:
@@ -235,11 +237,16 @@ class Executor:
             await hooks.call(hooks.after_attempt_hooks, ctx, outcome(attempt, finish))
         return finish
 
-    def _arguments(
-        self, attempt: Attempt, task: Task[Any, Any], decoded: Any
+    async def _arguments(
+        self, attempt: Attempt, task: Task[Any, Any]
     ) -> tuple[Sequence[Any], dict[str, Any]]:
-        """The handler's arguments, from the job's (a list, or an object of keywords),
-        with its Context slotted in if it takes one."""
+        """The handler's arguments, from the job's (a list, or an object of keywords;
+        a fan-in callback's first one the results of its dependencies), with its
+        Context slotted in if it takes one."""
+        job = attempt.job
+        decoded = [] if job.args == "[]" else json.loads(job.args)
+        if AFTER_RESULTS in job.meta and json.loads(job.meta).get(AFTER_RESULTS):
+            decoded = await self._with_results(attempt, decoded)
         args: Sequence[Any] = []
         kwargs: dict[str, Any] = {}
         if isinstance(decoded, dict):
@@ -309,17 +316,15 @@ class Executor:
         return Finish("succeeded", job.id, job.fence, now, attempt.started_at, result)
 
 
-def _task(attempt: Attempt) -> Task[Any, Any]:
-    """The attempt's task; it fails, its handler never run, when a dependency failed
-    it or no handler of that name is registered here."""
+def _refused(attempt: Attempt) -> NoReturn:
+    """An attempt whose handler never runs: a dependency failed its job, or no handler
+    of its task's name is registered here."""
     job = attempt.job
     if job.dep_failed is not None:
         after_id, state = json.loads(job.dep_failed)
         raise DependencyFailed(f"dependency {after_id} ended {state}, so this job does not "
                                "run (after_failed='fail')")  # fmt: skip
-    if attempt.task is None:
-        raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
-    return attempt.task
+    raise UnknownTask(f"unknown task {job.task!r}: no handler is registered in this worker")
 
 
 def outcome(attempt: Attempt, finish: Finish) -> Outcome:

@@ -100,8 +100,8 @@ class LeaseKeeper:
         looks sooner if the attempt needs it to; otherwise (the common case) starting
         costs nothing more."""
         job = attempt.job
-        first = attempt.lease_until - lease_margin(job.ttr)
-        if first <= now:
+        first = attempt.lease_until - (LEASE_MARGIN if job.ttr >= 4 * LEASE_MARGIN else job.ttr / 4)
+        if first <= now:  # within lease_margin(ttr) of passing
             return False
         attempt.started_at = now
         if job.timeout is not None:

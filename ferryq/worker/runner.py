@@ -11,7 +11,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,6 +94,8 @@ class Worker:
         self._counts: dict[str, metrics.QueueMetrics] = {}  # by queue
         self.leases = LeaseKeeper(app.clock, self.active, self._drop_unstarted)
         self._executor: Executor | None = None
+        # The executor's run, or run_with_hooks when the App has attempt hooks.
+        self._run_handler: Callable[[Attempt], Awaitable[Finish]] | None = None
         self._faults = FaultLog(log)
         self._running = 0
         self.stale_completions = 0
@@ -128,6 +130,8 @@ class Worker:
             hooks=self.app.hooks if self.app.hooks.around_attempts else None,
             results_of=store.job_dependency_results, wake=self._request_heartbeat_threadsafe,
         )  # fmt: skip
+        executor = self._executor
+        self._run_handler = executor.run if executor.hooks is None else executor.run_with_hooks
         completer.bind(producer.cycle)
         maintenance = self._maintenance = MaintenanceLoop(
             store, self.id, self.app.clock, interval=self.maintenance_interval,
@@ -310,7 +314,10 @@ class Worker:
             previous.successor = attempt
             previous.interrupt(Stop.LEASE)
             return
-        self._enqueue_or_launch(attempt)
+        if self._running < self.concurrency and not self._stop_requested:
+            self._launch(attempt)  # the common case, said first
+        else:
+            self._enqueue_or_launch(attempt)
 
     def _enqueue_or_launch(self, attempt: Attempt) -> None:
         if self._producer is not None and self._producer.stopping.is_set():
@@ -331,11 +338,10 @@ class Worker:
         attempt.runner = asyncio.create_task(self._run_attempt(attempt))
 
     async def _run_attempt(self, attempt: Attempt) -> None:
-        assert self._executor is not None
-        run = self._executor.run if self._executor.hooks is None else self._executor.run_with_hooks
+        assert self._run_handler is not None and self._executor is not None
         clock = self.app.clock
         try:
-            finish = await run(attempt)
+            finish = await self._run_handler(attempt)
         except asyncio.CancelledError:
             # run() handles the cancellation of the handler itself; a cancel that
             # lands after it returned must not lose the job.
