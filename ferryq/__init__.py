@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from ferryq import backoff
+from ferryq._version import __version__ as __version__
 from ferryq.app import App
 from ferryq.context import Context
 from ferryq.errors import (
@@ -31,8 +32,6 @@ from ferryq.task import Task
 
 if TYPE_CHECKING:
     from ferryq.worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "App",
@@ -72,8 +71,7 @@ __all__ = [
 
 # The worker is imported on first use (``ferryq.Worker``, ``from ferryq import Worker``,
 # ``App.run_worker``): a program that only enqueues or reads jobs, the command line
-# among them, does without it; and ferryq.worker.runner, which imports ferryq, is not
-# imported by it in turn (no import cycle).
+# among them, does without it.
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> object:

@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ferryq.job import Job, State
 
 if TYPE_CHECKING:
-    from ferryq.app import App
     from ferryq.insights import Explanation
+
+T = TypeVar("T")
+
+
+class HandleApp(Protocol):
+    """What a JobHandle asks of the App that made it (``ferryq.App`` is one): typed so,
+    the handle names what it uses and depends on nothing of ferryq/app.py, which
+    imports it in turn (tests/unit/test_imports.py)."""
+
+    def get_job(self, job_id: int) -> Job: ...
+
+    async def get_job_async(self, job_id: int) -> Job: ...
+
+    def portal_call(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any: ...
+
+    def cancel(self, job_id: int) -> Job: ...
+
+    async def cancel_async(self, job_id: int) -> Job: ...
+
+    def explain(self, job_id: int) -> Explanation: ...
+
+    async def explain_async(self, job_id: int) -> Explanation: ...
 
 
 class JobHandle:
@@ -16,7 +40,7 @@ class JobHandle:
 
     __slots__ = ("app", "created", "id")
 
-    def __init__(self, app: App, job_id: int, created: bool = True) -> None:
+    def __init__(self, app: HandleApp, job_id: int, created: bool = True) -> None:
         self.app = app
         self.id = job_id
         self.created = created

@@ -6,15 +6,12 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ferryq import _json
 from ferryq.context import Context
 from ferryq.handle import JobHandle
 from ferryq.policy import JobOptions
-
-if TYPE_CHECKING:
-    from ferryq.app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,12 +49,36 @@ def _exception_types(option: str, value: object) -> tuple[type[BaseException], .
     return types
 
 
+class TaskApp(Protocol):
+    """What a task asks of the App it is registered with (``ferryq.App`` is one): its
+    enqueues, async, sync, and on the caller's connection. Typed so, the task names
+    what it uses and depends on nothing of ferryq/app.py, which imports it in turn
+    (tests/unit/test_imports.py)."""
+
+    async def enqueue_raw(
+        self,
+        task: str,
+        encoded_args: Sequence[str],
+        options: JobOptions,
+        connection: object | None = None,
+        payload_limit: int | None = None,
+    ) -> list[JobHandle]: ...
+
+    def enqueue_raw_sync(
+        self, task: str, encoded_args: Sequence[str], options: JobOptions
+    ) -> list[JobHandle]: ...
+
+    def enqueue_raw_on(
+        self, connection: object, task: str, encoded_args: Sequence[str], options: JobOptions
+    ) -> list[JobHandle]: ...
+
+
 class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function inline, with no queue."""
 
     def __init__(
         self,
-        app: App,
+        app: TaskApp,
         fn: Callable[P, R],
         name: str,
         defaults: JobOptions,

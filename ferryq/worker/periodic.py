@@ -26,8 +26,8 @@ from ferryq.store.base import PeriodicAdvance, PeriodicEntry, PeriodicState, Sto
 from ferryq.worker.leadership import LeaderLoop
 
 if TYPE_CHECKING:
-    from ferryq.app import App
     from ferryq.handle import JobHandle
+    from ferryq.worker.app_protocol import WorkerApp
 
 log = logging.getLogger("ferryq.periodic")
 
@@ -44,7 +44,7 @@ def leadership(namespace: str, tasks: list[str]) -> str:
 class Scheduler:
     """One round of enqueueing due ticks; call it only while leading."""
 
-    def __init__(self, app: App, on_time: float = periodic.ON_TIME) -> None:
+    def __init__(self, app: WorkerApp, on_time: float = periodic.ON_TIME) -> None:
         self.app = app
         self.on_time = on_time
         self.entries = [
@@ -128,7 +128,7 @@ class PeriodicLoop(LeaderLoop[list[int]]):
 
     def __init__(
         self,
-        app: App,
+        app: WorkerApp,
         store: Store,
         holder: str,
         clock: Callable[[], float],

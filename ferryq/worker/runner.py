@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import ferryq
 from ferryq import logs, metrics
+from ferryq._version import __version__
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
 from ferryq.policy import JobOptions
@@ -32,7 +32,7 @@ from ferryq.worker.periodic import PeriodicLoop
 from ferryq.worker.producer import Producer
 
 if TYPE_CHECKING:
-    from ferryq.app import App
+    from ferryq.worker.app_protocol import WorkerApp
 
 log = logging.getLogger("ferryq.worker")
 
@@ -48,7 +48,7 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        app: WorkerApp,
         *,
         concurrency: int = 10,
         queues: Sequence[str] | None = None,
@@ -148,10 +148,10 @@ class Worker:
         log.info(
             "worker %s started: queues %s, %d slots, namespace %s, database %s, ferryq %s",
             self.id, ",".join(self.queues), self.concurrency, self.app.namespace, database,
-            ferryq.__version__,
+            __version__,
             extra=logs.fields(worker=self.id, queues=self.queues, concurrency=self.concurrency,
                               namespace=self.app.namespace, database=database,
-                              version=ferryq.__version__, burst=self.burst),
+                              version=__version__, burst=self.burst),
         )  # fmt: skip
         try:
             await self._beat()
@@ -512,7 +512,7 @@ async def _cut_off(claiming: asyncio.Future[None], within: float) -> None:
         await claiming
 
 
-def _task_queues(app: App) -> list[str]:
+def _task_queues(app: WorkerApp) -> list[str]:
     return sorted({task.queue for task in app.tasks.values()}) or ["default"]
 
 

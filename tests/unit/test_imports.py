@@ -1,6 +1,8 @@
 """What importing ferryq costs: the command line loads the HTTP server and the dashboard
 only for the commands that need them, and ferryq's modules import one another without
-cycles (a cycle makes the import order matter and half-initialised modules possible)."""
+cycles (a cycle makes the import order matter and half-initialised modules possible),
+not even in their types (a circle there hides what one module uses of another: the
+worker, tasks and handles are typed against Protocols of the App, not the App)."""
 
 from __future__ import annotations
 
@@ -85,15 +87,18 @@ def module_name(file: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+def top_level_imports(
+    tree: ast.Module, types: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
     """The imports a module runs when it is imported: not those inside functions
-    (they run when called) nor those under ``if TYPE_CHECKING:`` (they never run)."""
+    (they run when called) nor those under ``if TYPE_CHECKING:`` (they never run),
+    unless ``types``: then those too, which its types depend on."""
     pending: list[ast.AST] = list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             continue
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not types and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             pending.extend(node.orelse)
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -102,12 +107,13 @@ def top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]
         pending.extend(ast.iter_child_nodes(node))
 
 
-def imported_modules(name: str, file: Path, known: set[str]) -> set[str]:
-    """The ferryq modules ``file`` (module ``name``) imports when it is imported.
-    ``from P import X`` imports the module P.X when X is one, P otherwise."""
+def imported_modules(name: str, file: Path, known: set[str], types: bool = False) -> set[str]:
+    """The ferryq modules ``file`` (module ``name``) imports when it is imported (with
+    ``types``, for its types as well). ``from P import X`` imports the module P.X when
+    X is one, P otherwise."""
     package = name if file.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in top_level_imports(ast.parse(file.read_text(), str(file))):
+    for node in top_level_imports(ast.parse(file.read_text(), str(file)), types):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
             continue
@@ -120,11 +126,12 @@ def imported_modules(name: str, file: Path, known: set[str]) -> set[str]:
     return {module for module in found if module in known} - {name}
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
-    """Each module of ``package`` and the modules of it that it imports when imported."""
+def import_graph(package: Path, types: bool = False) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of it that it imports when imported
+    (with ``types``, for its types as well)."""
     files = {module_name(file, package.parent): file for file in sorted(package.rglob("*.py"))}
     known = set(files)
-    return {name: imported_modules(name, file, known) for name, file in files.items()}
+    return {name: imported_modules(name, file, known, types) for name, file in files.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -159,6 +166,13 @@ def test_ferryq_modules_import_one_another_without_cycles() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_ferryq_modules_import_one_another_without_cycles_even_for_their_types() -> None:
+    graph = import_graph(PACKAGE, types=True)
+    assert "ferryq.worker.app_protocol" in graph["ferryq.worker.runner"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle in the types: " + " -> ".join(cycle or [])
+
+
 def write(root: Path, files: dict[str, str]) -> None:
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -171,14 +185,16 @@ ONLY_WHEN_TYPE_CHECKING = (
 
 
 @pytest.mark.parametrize(
-    ("files", "expected"),
+    ("files", "expected", "in_types"),
     [
         (
             {"p/a.py": "from p import b\n", "p/b.py": "import p.a\n"},
             ["p.a", "p.b", "p.a"],
+            ["p.a", "p.b", "p.a"],
         ),
         (
             {"p/a.py": "from .sub import c\n", "p/sub/c.py": "from ..a import X\n"},
+            ["p.a", "p.sub.c", "p.a"],
             ["p.a", "p.sub.c", "p.a"],
         ),
         (
@@ -188,6 +204,7 @@ ONLY_WHEN_TYPE_CHECKING = (
                 "p/c.py": "try:\n    import p.b\nexcept ImportError:\n    pass\n",
             },
             ["p.b", "p.c", "p.b"],
+            ["p.b", "p.c", "p.b"],
         ),
         (
             {
@@ -195,11 +212,18 @@ ONLY_WHEN_TYPE_CHECKING = (
                 "p/b.py": "def f():\n    from p import a\n",
             },
             None,
+            None,
+        ),
+        (
+            {"p/a.py": ONLY_WHEN_TYPE_CHECKING, "p/b.py": "from p import a\n"},
+            None,
+            ["p.a", "p.b", "p.a"],
         ),
     ],
 )
-def test_the_cycle_check_sees_what_runs_at_import(
-    tmp_path: Path, files: dict[str, str], expected: list[str] | None
+def test_the_cycle_check_sees_what_runs_at_import_and_what_the_types_need(
+    tmp_path: Path, files: dict[str, str], expected: list[str] | None, in_types: list[str] | None
 ) -> None:
     write(tmp_path, {"p/__init__.py": "", **files})
     assert find_cycle(import_graph(tmp_path / "p")) == expected
+    assert find_cycle(import_graph(tmp_path / "p", types=True)) == in_types
