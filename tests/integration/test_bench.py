@@ -1,5 +1,5 @@
-"""The benchmarks of lanes, dependencies, rates, history counts and worker processes
-still run end to end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes, dependencies, rates, history counts, worker processes and
+the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -69,3 +69,22 @@ def test_the_processes_benchmark_runs(pg_cluster: PgCluster) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     for line in ("--processes 1: ", "--processes 2: ", "ratio: "):
         assert line in done.stdout, done.stdout
+
+
+def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgCluster) -> None:
+    """HEAD against the working tree, every setting and measure at a tiny size; the
+    temporary worktree is gone afterwards."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "1", "--jobs", "50",
+         "--enqueues", "5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = done.stdout.split("medians of 1 rounds")[1]
+    for row in ("PostgreSQL durable", "SQLite NORMAL", "SQLite FULL", "drain, jobs/s",
+                "worker CPU per job, µs", "single enqueue, calls/s"):  # fmt: skip
+        assert row in report, report
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+    assert "ferryq-ab-" not in worktrees
