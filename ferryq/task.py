@@ -22,8 +22,9 @@ ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 
 @dataclass(frozen=True, slots=True)
 class Failures:
-    """Which exceptions of a task's handler retry (SPEC §19): one of ``fail_on``, or
-    one not of ``retry_on`` when that is given, makes the job dead at once."""
+    """Which exceptions of a task's handler retry (docs/guarantees.md, Selective
+    retries): one of ``fail_on``, or one not of ``retry_on`` when that is given, makes
+    the job dead at once."""
 
     retry_on: tuple[type[BaseException], ...] | None = None
     fail_on: tuple[type[BaseException], ...] = ()

@@ -420,7 +420,8 @@ def failure(
     delay = retry_after
     if delay is None:
         delay = policy.retry_delay(json.loads(job.retry), job.attempts)
-    # A retry is due at now + backoff and ignores the job's priority (SPEC §3).
+    # A retry is due at now + backoff and ignores the job's priority (docs/guarantees.md,
+    # Order).
     run_at = now + delay
     return Finish("retry", job.id, job.fence, now, started_at, error=error,
                   run_at=run_at, order_time=run_at)  # fmt: skip

@@ -1,5 +1,5 @@
-"""Production controls (SPEC §19) in one process, on both backends, with time injected:
-time limits, selective retries, progress and hooks."""
+"""Production controls (docs/guarantees.md) in one process, on both backends, with
+time injected: time limits, selective retries, progress and hooks."""
 
 from __future__ import annotations
 
