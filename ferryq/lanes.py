@@ -35,6 +35,8 @@ from typing import Literal
 from ferryq.job import HELD, State
 
 OnDead = Literal["continue", "halt"]
+#: A lane as the stores name it: (namespace, lane).
+LaneKey = tuple[str, str]
 ON_DEAD: tuple[OnDead, ...] = ("continue", "halt")
 DEFAULT_LIMIT = 1
 MAX_LIMIT = 100_000

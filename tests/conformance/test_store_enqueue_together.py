@@ -47,8 +47,8 @@ class Commits:
     def __init__(self, store: Store) -> None:
         self.count = 0
         if isinstance(store, SQLiteStore):
-            assert store._conn is not None
-            store._conn.set_trace_callback(self._sqlite)
+            assert store._db.conn is not None
+            store._db.conn.set_trace_callback(self._sqlite)
         else:
             assert isinstance(store, PostgresStore)
             insert = store._insert_rows
@@ -70,17 +70,17 @@ async def held_up(store: Store, backend_url: str) -> AsyncIterator[Callable[[int
 
     async def queued(n: int) -> None:
         for _ in range(30_000):  # 30 s at most
-            if len(store._inserts) >= n:  # type: ignore[attr-defined]
+            if store._inserts.queued >= n:  # type: ignore[attr-defined]
                 return
             await asyncio.sleep(0.001)
         raise AssertionError(f"{n} calls never queued")
 
     if isinstance(store, SQLiteStore):
-        store._conn_lock.acquire()
+        store._db.lock.acquire()
         try:
             yield queued
         finally:
-            store._conn_lock.release()
+            store._db.lock.release()
         return
     blocker = await asyncpg.connect(backend_url)
     transaction = blocker.transaction()
@@ -230,7 +230,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
             results[n] = store.job_insert_blocking(*calls[n])
 
         def waiting() -> int:
-            return len(store._inserts) + len(getattr(store, "_from_threads", ()))  # type: ignore[attr-defined]
+            return int(store._inserts.queued)  # type: ignore[attr-defined]
 
         hold = held_up(store, backend_url)
         portal.call(hold.__aenter__())
