@@ -51,13 +51,13 @@ class Commits:
             store._db.conn.set_trace_callback(self._sqlite)
         else:
             assert isinstance(store, PostgresStore)
-            insert = store._insert_rows
+            insert = store._inserts._commit
 
             async def counted(batch: Any) -> None:
                 self.count += 1
                 await insert(batch)
 
-            store._insert_rows = counted  # type: ignore[method-assign]
+            store._inserts._commit = counted  # type: ignore[method-assign]
 
     def _sqlite(self, statement: str) -> None:
         self.count += statement == "COMMIT"
@@ -220,7 +220,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
     if isinstance(store, PostgresStore):
         # The loop's way: a lone call would insert on its thread's own connection
         # (tests/integration/test_enqueue_together.py), which would not be held up here.
-        store._on_thread = None
+        store._inserts.on_thread = None
     try:
         calls = jobs(16)
         results: dict[int, list[Inserted]] = {}
@@ -240,7 +240,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
                 if isinstance(store, SQLiteStore):  # it leads, and waits for the lock
                     _wait_for(lambda: waiting() == 1)
                 else:  # its commit is under way, held up by the table's lock
-                    _wait_for(lambda: store._leaders == 1 and waiting() == 0)  # type: ignore[attr-defined]
+                    _wait_for(lambda: store._inserts._leaders == 1 and waiting() == 0)  # type: ignore[attr-defined]
                 for thread in threads[1:]:
                     thread.start()
                 _wait_for(lambda: waiting() >= (16 if isinstance(store, SQLiteStore) else 15))

@@ -19,18 +19,18 @@ import ferryq
 from ferryq import metrics
 from ferryq.store import open_store
 from ferryq.store.base import Dependencies, Dependency
+from ferryq.store.postgres import connection as postgres_connection
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres import queries as postgres_queries
-from ferryq.store.postgres import store as postgres_store
-from ferryq.store.postgres.store import (
+from ferryq.store.postgres.connection import (
     GENERIC_PLANS,
     IDLE_IN_TRANSACTION_TIMEOUT,
-    JOBS_CHANNEL,
     SESSION_SETTINGS,
-    PostgresStore,
-    _runner,
-    _transaction_with,
+    runner,
+    transaction_with,
 )
+from ferryq.store.postgres.store import PostgresStore
+from ferryq.store.postgres.waits import JOBS_CHANNEL
 from ferryq.testing import drain_async
 
 
@@ -232,11 +232,11 @@ async def test_a_transaction_begun_with_settings_ends_them_and_rolls_back_on_fai
     conn = await asyncpg.connect(pg_url, server_settings=SESSION_SETTINGS)
     try:
         await conn.execute("CREATE TEMP TABLE t (n int)")
-        async with _transaction_with(conn, GENERIC_PLANS):
+        async with transaction_with(conn, GENERIC_PLANS):
             assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
             await conn.execute("INSERT INTO t VALUES (1)")
         with pytest.raises(RuntimeError):
-            async with _transaction_with(conn, GENERIC_PLANS):
+            async with transaction_with(conn, GENERIC_PLANS):
                 await conn.execute("INSERT INTO t VALUES (2)")
                 raise RuntimeError("the work fails half-way")
         assert not conn.is_in_transaction()
@@ -253,7 +253,7 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     its idle session (the timeout set short here, through the URL); the frozen call,
     once it runs again, starts over on another connection, however long it was
     frozen (longer here than a call keeps retrying after losing its connection)."""
-    monkeypatch.setattr(postgres_store, "RECONNECT_SECONDS", 0.1)
+    monkeypatch.setattr(postgres_connection, "RECONNECT_SECONDS", 0.1)
     joiner = "&" if "?" in pg_url else "?"
     store = PostgresStore(f"{pg_url}{joiner}idle_in_transaction_session_timeout=300ms")
     default_store = PostgresStore(pg_url)
@@ -263,13 +263,13 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     async def hold_a_lane(conn: Any) -> int:
         nonlocal runs
         runs += 1
-        await lanes.lock(_runner(conn), {("default", "post:1")})
+        await lanes.lock(runner(conn), {("default", "post:1")})
         holding.set()
         await thawed.wait()  # frozen, between two statements of its transaction
         return int(await conn.fetchval("SELECT 1"))
 
     async def timeout_of(store: PostgresStore) -> str:
-        return str(await store._session(
+        return str(await store._db.session(
             lambda conn: conn.fetchval("SHOW idle_in_transaction_session_timeout")
         ))  # fmt: skip
 
@@ -279,7 +279,7 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     try:
         assert await timeout_of(store) == "300ms"
         assert await timeout_of(default_store) == IDLE_IN_TRANSACTION_TIMEOUT
-        frozen = asyncio.create_task(store._session(hold_a_lane))
+        frozen = asyncio.create_task(store._db.session(hold_a_lane))
         await holding.wait()
         async with other.transaction():  # waits for the lane until the session ends
             await asyncio.wait_for(other.execute(
