@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from ferryq.cli import WORKER_SWITCH_INTERVAL
+from ferryq.cli.worker import WORKER_SWITCH_INTERVAL
 from ferryq.store import open_store
 from ferryq.store.base import Finish
 from tests.commands import run_ferryq
