@@ -11,34 +11,34 @@ from typing import Any
 import click
 
 from ferryq import backoff
+from ferryq.app import DEFAULT_TASK_OPTIONS as DEFAULTS  # ferryq's own
 from ferryq.cli.options import JOB_ID, FiniteFloat
 from ferryq.cli.output import CliError, emit_json, out
 from ferryq.cli.settings import get_app
-
-_OPTION_NAMES = ("queue", "lane", "delay", "priority", "ttl", "ttr", "timeout", "max_tries",
-                 "retry", "unique_key", "unique_for", "after_failed", "after")  # fmt: skip
-_OPTION_RE = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")\b")
+from ferryq.policy import AFTER_FAILED, OPTION_NAMES
 
 
 @click.command()
 @click.argument("task")
 @click.argument("args_json", metavar="[ARGS_JSON]", default="[]", required=False)
-@click.option("--queue", help="Queue [default: default].")
+@click.option("--queue", help=f"Queue [default: {DEFAULTS.queue}].")
 @click.option("--lane", help="Ordered lane key.")
 @click.option("--delay", type=FiniteFloat(), help="Seconds before the job is due.")
 @click.option("--priority", type=FiniteFloat(), help="Head start in seconds (may be negative).")
 @click.option("--ttl", type=FiniteFloat(), help="Seconds the job has to finish from now.")
-@click.option("--ttr", type=FiniteFloat(), help="Lease seconds per attempt [default: 60].")
+@click.option("--ttr", type=FiniteFloat(),
+              help=f"Lease seconds per attempt [default: {DEFAULTS.ttr:g}].")  # fmt: skip
 @click.option("--timeout", type=FiniteFloat(),
               help="Time limit of each attempt in seconds [default: none].")  # fmt: skip
-@click.option("--max-tries", type=int, help="Attempts before the job is dead [default: 3].")
+@click.option("--max-tries", type=int,
+              help=f"Attempts before the job is dead [default: {DEFAULTS.max_tries}].")  # fmt: skip
 @click.option("--retry", type=FiniteFloat(), metavar="N",
               help="Backoff: N>0 exponential capped at N s, N<0 fixed |N| s.")  # fmt: skip
 @click.option("--unique-key", help="Deduplicate: return the unfinished job with this key.")
 @click.option("--unique-for", type=FiniteFloat(), help="Deduplication window in seconds.")
 @click.option("--after", type=JOB_ID, metavar="ID", multiple=True,
               help="A job that must end first (repeat for more).")  # fmt: skip
-@click.option("--after-failed", type=click.Choice(["fail", "run"]),
+@click.option("--after-failed", type=click.Choice(AFTER_FAILED),
               help="When one of those ends without success [default: fail].")  # fmt: skip
 @click.option("--app", "target", metavar="MODULE:APP",
               help="Start from the defaults of TASK as registered in this App.")  # fmt: skip
@@ -75,11 +75,18 @@ def enqueue(
                   f"{options['unique_key']!r}: nothing new enqueued")  # fmt: skip
 
 
+#: The job options this command takes, by their names in ``JobOptions``, and the flag
+#: of each (``max_tries``: ``--max-tries``). The others (``run_at``, ``stage``,
+#: ``meta``…) are not given here; ``namespace`` is the global ``--namespace``.
+FLAGS = {param.name: param.opts[0] for param in enqueue.params if param.name in OPTION_NAMES}
+_FLAG_RE = re.compile(r"\b(" + "|".join(FLAGS) + r")\b")
+
+
 def option_names(message: str) -> str:
     """A message of ferryq's about job options, with their command-line names
     (``max_tries`` → ``--max-tries``); the value it quotes (``(got …)``) stays as it is."""
     said, got, value = message.partition(" (got ")
-    return _OPTION_RE.sub(lambda m: "--" + m[1].replace("_", "-"), said) + got + value
+    return _FLAG_RE.sub(lambda m: FLAGS[m[1]], said) + got + value
 
 
 def parse_args_json(raw: str) -> list[Any] | dict[str, Any]:

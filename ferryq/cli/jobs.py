@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import click
 
@@ -12,6 +12,13 @@ from ferryq.cli.options import JOB_ID, json_option
 from ferryq.cli.output import CliError, emit_json, out, print_jobs, report, show
 from ferryq.cli.settings import get_app
 from ferryq.job import State
+from ferryq.ops import RESPAWNABLE
+
+
+def state_names(states: Collection[State]) -> str:
+    """``dead, cancelled or expired``: the states, in the order of ``State``."""
+    names = [state.value for state in State if state in states]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
 
 
 @click.group()
@@ -105,19 +112,18 @@ def jobs_cancel(ctx: click.Context, job_id: int, as_json: bool) -> None:
         out.print(f"job {job.id} is running on {job.worker}: cancel requested")
 
 
-@jobs.command("retry")
+@jobs.command("retry", help=f"Queue {state_names(RESPAWNABLE)} jobs again with a fresh try count.")
 @click.argument("job_ids", metavar="ID...", type=JOB_ID, nargs=-1, required=True)
 @json_option
 @click.pass_context
 def jobs_retry(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
-    """Queue dead, cancelled or expired jobs again with a fresh try count."""
     app = get_app(ctx)
-    retriable = {State.DEAD, State.CANCELLED, State.EXPIRED}
-    check_states(app, job_ids, retriable, "retried (only dead, cancelled or expired jobs)")
+    only = f"retried (only {state_names(RESPAWNABLE)} jobs)"
+    check_states(app, job_ids, RESPAWNABLE, only)
     report("respawned", app.respawn(list(job_ids)), as_json)
 
 
-def check_states(app: App, job_ids: Sequence[int], allowed: set[State], what: str) -> None:
+def check_states(app: App, job_ids: Sequence[int], allowed: Collection[State], what: str) -> None:
     """Fail before changing anything if a job is unknown or in the wrong state."""
     wrong = [job for job in (app.get_job(i) for i in job_ids) if job.state not in allowed]
     if wrong:

@@ -94,7 +94,7 @@ def lanes_limit(
 @lanes.command("rate")
 @click.argument("pattern")
 @click.argument("n", type=int, required=False)
-@click.option("--per", type=FiniteFloat(min=0.001), default=1.0, show_default=True,
+@click.option("--per", type=FiniteFloat(min=lane_rules.MIN_PER), default=1.0, show_default=True,
               help="With N: the window, in seconds.")  # fmt: skip
 @click.option("--clear", is_flag=True, help="Take the rate off PATTERN's rule.")
 @json_option

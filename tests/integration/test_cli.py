@@ -28,7 +28,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from ferryq.cli.enqueue import FLAGS
 from ferryq.cli.worker import WORKER_SWITCH_INTERVAL
+from ferryq.policy import OPTION_NAMES
 from ferryq.store import open_store
 from ferryq.store.base import Finish
 from tests.commands import run_ferryq
@@ -445,6 +447,7 @@ def test_retry_of_a_job_that_did_not_end_changes_nothing(ferryq: Run) -> None:
     waiting = enqueue(ferryq, "send", "[]")
     message = failed(ferryq("jobs", "retry", str(done), str(waiting)), 2)
     assert f"job {waiting} is ready" in message
+    assert "cannot be retried (only dead, cancelled or expired jobs)" in message
     assert job(ferryq, done)["state"] == "cancelled"
 
 
@@ -837,6 +840,13 @@ def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None
     assert message.endswith("(got 'bad queue')")
     message = failed(ferryq("enqueue", "send", "[]", "--unique-for", "5"), 2)
     assert message == "Error: --unique-for needs a --unique-key"
+
+
+def test_every_job_option_is_one_of_enqueue_or_left_out_on_purpose() -> None:
+    """A new job option fails this until ``enqueue`` takes it, or it is listed here."""
+    left_out = {"namespace", "run_at", "stage", "context", "meta"}  # --namespace is global
+    assert set(OPTION_NAMES) - set(FLAGS) == left_out
+    assert FLAGS["max_tries"] == "--max-tries"
 
 
 @pytest.mark.parametrize("task", ["", " "])
