@@ -38,7 +38,7 @@ def dead_ls(
     """List dead jobs, newest first."""
     app = get_app(ctx, read_only=True)
     found = app.list_jobs(state=State.DEAD, queue=queue, limit=limit, after_id=after)
-    print_jobs(found, limit, as_json)
+    print_jobs(found, limit, as_json, app.clock())
 
 
 @dead.command("respawn")

@@ -41,10 +41,11 @@ def jobs_ls(
     **filters: str | None,
 ) -> None:  # fmt: skip
     """List jobs, newest first."""
-    found = get_app(ctx, read_only=True).list_jobs(
+    app = get_app(ctx, read_only=True)
+    found = app.list_jobs(
         state=State(state) if state else None, after_id=after, limit=limit, **filters
     )
-    print_jobs(found, limit, as_json)
+    print_jobs(found, limit, as_json, app.clock())
 
 
 @jobs.command("show")

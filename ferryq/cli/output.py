@@ -7,7 +7,6 @@ one line on stderr and exit code 2, or 1 for a job that does not exist.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +38,9 @@ def show(renderable: RenderableType) -> None:
     out.print(renderable)
 
 
-def print_jobs(found: Sequence[Job], limit: int, as_json: bool) -> None:
-    """A page of jobs (``jobs ls``, ``dead ls``), with how to ask for the next one."""
-    now = time.time()
+def print_jobs(found: Sequence[Job], limit: int, as_json: bool, now: float) -> None:
+    """A page of jobs (``jobs ls``, ``dead ls``), with how to ask for the next one; the
+    table shows times relative to ``now``, the App's clock."""
     if as_json:
         emit_json([job.to_dict() for job in found])
     elif not found:

@@ -22,12 +22,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from ferryq import App
+from ferryq.cli import settings
 from ferryq.cli.enqueue import FLAGS
 from ferryq.cli.worker import WORKER_SWITCH_INTERVAL
 from ferryq.policy import OPTION_NAMES
@@ -249,6 +252,28 @@ def test_jobs_ls_filters_and_pages(ferryq: Run) -> None:
     after = as_json(ferryq("jobs", "ls", "--limit", "2", "--after", str(second), "--json"))
     assert ids(after) == [first]
     assert "send" in ok(ferryq("jobs", "ls")).stdout
+
+
+def app_at(now: float) -> type[App]:
+    """An App whose clock stands still at ``now``."""
+
+    class Frozen(App):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, clock=lambda: now, **kwargs)
+
+    return Frozen
+
+
+def test_a_job_list_reads_the_time_from_the_apps_clock(
+    ferryq: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job created today, by the App's clock, shows its time of day; else its date."""
+    created = job(ferryq, enqueue(ferryq, "send", "[]"))["created_at"]
+    moment = datetime.fromtimestamp(created, UTC)
+    for now, shown in [(created, moment.strftime("%H:%M:%S")),
+                       (created + 2 * 86400, moment.strftime("%Y-%m-%d %H:%M"))]:  # fmt: skip
+        monkeypatch.setattr(settings, "App", app_at(now))
+        assert shown in ok(ferryq("jobs", "ls")).stdout
 
 
 def test_a_piped_table_prints_each_row_as_one_whole_line(ferryq: Run) -> None:
