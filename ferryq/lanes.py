@@ -45,7 +45,8 @@ MAX_LANE_LENGTH = 255
 
 #: The most starts a rate may allow per window: a lane's window keeps that many.
 MAX_RATE = 10_000
-#: The longest window a rate may have, in seconds (a day).
+#: The shortest and the longest window a rate may have, in seconds (a day).
+MIN_PER = 0.001
 MAX_PER = 86_400.0
 
 
@@ -106,9 +107,11 @@ def check_rate(n: int, per: float) -> Rate:
     if (
         isinstance(per, bool)
         or not isinstance(per, int | float)
-        or not 0.001 <= per <= MAX_PER  # also refuses NaN
+        or not MIN_PER <= per <= MAX_PER  # also refuses NaN
     ):
-        raise ValueError(f"a rate's per must be from 0.001 to {MAX_PER:g} seconds, not {per!r}")
+        raise ValueError(
+            f"a rate's per must be from {MIN_PER:g} to {MAX_PER:g} seconds, not {per!r}"
+        )
     return Rate(n, float(per))
 
 

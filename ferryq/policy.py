@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ferryq import backoff as backoff_mod
@@ -60,7 +60,7 @@ class JobOptions:
 
     def merged(self, **overrides: Any) -> JobOptions:
         """These options with every non-None override applied, validated."""
-        values = {name: getattr(self, name) for name in self.__slots__ if name != "_valid"}
+        values = {name: getattr(self, name) for name in OPTION_NAMES}
         for name, value in overrides.items():
             if name not in values:
                 raise TypeError(f"unknown job option {name!r}")
@@ -123,6 +123,11 @@ class JobOptions:
                 "ttl must be at least delay: the job would expire before it is due "
                 f"(got ttl {self.ttl:g}, delay {self.delay:g})"
             )
+
+
+#: The names of the job options, as ``task.options()``, ``app.enqueue`` and the faces
+#: that pass options on (the command line, the HTTP API) spell them.
+OPTION_NAMES = tuple(option.name for option in fields(JobOptions) if option.init)
 
 
 def dependency_ids(after: object) -> tuple[int, ...]:
