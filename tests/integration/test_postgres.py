@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
 import urllib.parse
@@ -90,6 +91,61 @@ async def test_enqueue_in_an_async_psycopg_transaction(app: ferryq.App, pg_url: 
     assert (await app.get_job_async(kept.id)).state == "ready"
     with pytest.raises(ferryq.JobNotFound):
         await app.get_job_async(gone.id)
+
+
+class _Around:
+    """Enqueue hooks that record what they saw, and a context variable that the
+    before hook sets and the after hook reads: both run in one task."""
+
+    def __init__(self, app: ferryq.App) -> None:
+        self.seen: list[tuple[list[int], str | None, str | None]] = []
+        self.var: contextvars.ContextVar[str] = contextvars.ContextVar("around")
+        app.hooks.before_enqueue(self.before)
+        app.hooks.after_enqueue(self.after)
+
+    def before(self, call: ferryq.Enqueue) -> None:
+        call.meta["hooked"] = call.task
+        self.var.set(f"set before {call.task}")
+
+    def after(self, call: ferryq.Enqueue) -> None:
+        failed = None if call.exception is None else type(call.exception).__name__
+        self.seen.append((call.ids, self.var.get(None), failed))
+
+
+async def test_enqueue_hooks_run_around_an_enqueue_on_the_callers_connection(
+    app: ferryq.App, pg_url: str
+) -> None:
+    """The hooks of an enqueue on the application's own connection, sync (psycopg) and
+    async (asyncpg): around the insert, in the caller's transaction, in one task."""
+    double = _tasks(app)
+    around = _Around(app)
+    await app.store()
+    with psycopg.connect(pg_url) as conn:
+        with conn.transaction():
+            kept = double.using(conn).enqueue(21)
+        with conn.transaction() as transaction:
+            gone = double.using(conn).enqueue(1)
+            raise psycopg.Rollback(transaction)
+        conn.close()
+        with pytest.raises(psycopg.OperationalError):
+            double.using(conn).enqueue(2)  # a closed connection: nothing is written
+    raw = await asyncpg.connect(pg_url)
+    try:
+        async with raw.transaction():
+            on_asyncpg = await double.using(raw).enqueue_async(3)
+    finally:
+        await raw.close()
+    assert around.seen == [
+        ([kept.id], "set before double", None),
+        ([gone.id], "set before double", None),
+        ([], "set before double", "OperationalError"),
+        ([on_asyncpg.id], "set before double", None),
+    ]
+    for handle in (kept, on_asyncpg):
+        assert (await app.get_job_async(handle.id)).meta == {"hooked": "double"}
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(gone.id)
+    assert len(await app.list_jobs_async()) == 2
 
 
 async def test_a_job_after_others_on_the_callers_connection_waits_for_them(
