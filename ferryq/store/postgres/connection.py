@@ -107,7 +107,10 @@ class Database:
                 self.url, min_size=0, max_size=INSERT_CONNECTIONS,
                 server_settings={**self.settings, **INSERT_SETTINGS}, reset=_reset,
             )  # fmt: skip
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                asyncpg.InternalClientError) as exc:  # fmt: skip
+            # (A server going away as the first query runs may leave asyncpg's protocol
+            # half-way: an InternalClientError, one line like any other here.)
             await self.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
 
