@@ -119,8 +119,8 @@ def changed_rule(
     rules: Iterable[LaneRule], pattern: str, limit: int, on_dead: str | None
 ) -> LaneRule:
     """``pattern``'s rule with a new limit, validated. Without ``on_dead`` the rule keeps
-    the policy it has, and it keeps its rate (SPEC §19: a changed limit keeps the
-    rule's other settings); a new rule continues and has no rate."""
+    the policy it has, and it keeps its rate (docs/guarantees.md, "Lanes":
+    a changed limit keeps the rule's other settings); a new rule continues and has no rate."""
     own = next((rule for rule in rules if rule.pattern == pattern), None)
     if on_dead is None:
         on_dead = "continue" if own is None else own.on_dead

@@ -186,7 +186,7 @@ def check_number(
 
 
 def order_time(due: float, priority: float) -> float:
-    """Among ready jobs the smallest order time is claimed first (SPEC §3)."""
+    """Among ready jobs the smallest order time is claimed first (docs/guarantees.md, "Order")."""
     return due - priority
 
 
