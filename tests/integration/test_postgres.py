@@ -33,6 +33,8 @@ from ferryq.store.postgres.connection import (
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.store.postgres.waits import JOBS_CHANNEL
 from ferryq.testing import drain_async
+from tests.conformance.jobs import new_job
+from tests.conftest import START
 
 
 @pytest.fixture
@@ -348,6 +350,29 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
         await other.close()
         await store.close()
         await default_store.close()
+
+
+async def test_a_renewal_never_waits_for_a_row_another_transaction_holds(pg_url: str) -> None:
+    """A lease renewal skips a row locked elsewhere (a finish of that attempt, most
+    likely) instead of waiting for it, so it is never one side of a deadlock: the
+    other rows are renewed, the locked one next time."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    other = await asyncpg.connect(pg_url)
+    try:
+        await store.job_insert_many(new_job(START), ["[]", "[]"])
+        locked, free = await store.job_claim("default", ["default"], 2, "w", START)
+        held = [(locked.id, locked.fence), (free.id, free.fence)]
+        async with other.transaction():
+            await other.execute("SELECT 1 FROM ferryq_jobs WHERE id = $1 FOR UPDATE", locked.id)
+            renewing = store.job_leases(held, [locked.id, free.id], START + 10)
+            leases = await asyncio.wait_for(renewing, timeout=30)  # a hang's bound
+        assert leases.extended == [free.id] and leases.lost == []
+        leases = await store.job_leases(held, [locked.id], START + 11)
+        assert leases.extended == [locked.id]
+    finally:
+        await other.close()
+        await store.close()
 
 
 async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:

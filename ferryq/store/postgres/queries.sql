@@ -242,11 +242,17 @@ RETURNING id;
 -- name: job_lease_extend
 -- A started time (else null) is when the attempt's handler really began, after the claim;
 -- a progress (else null) is what the attempt last reported, as JSON text.
+-- SKIP LOCKED: a renewal never waits for a row another transaction holds (the finish
+-- of that very attempt, most likely), so it is never one side of a deadlock, which its
+-- rows, locked in no set order, could otherwise make with a batch of finishes. A row
+-- skipped is not renewed this time; the next renewal comes within a third of its ttr.
 UPDATE ferryq_jobs j SET lease_until = :now + j.ttr, started_at = coalesce(f.started, j.started_at),
     progress = coalesce(f.progress, j.progress)
 FROM unnest(:ids::bigint[], :fences::bigint[], :started::float8[], :progress::text[])
     AS f(id, fence, started, progress)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
+  AND j.id = ANY(ARRAY(SELECT id FROM ferryq_jobs WHERE id = ANY(:ids::bigint[])
+                       FOR UPDATE SKIP LOCKED))
 RETURNING j.id;
 
 -- name: job_held
