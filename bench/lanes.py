@@ -11,7 +11,7 @@ measurement on a fresh database, each figure the median of ``--rounds`` runs:
   lanes (target: at least 0.8x);
 - pickup: enqueue → task start (p50, p99) of a job in an idle lane while another lane
   holds ``--backlog`` waiting jobs, against the same idle lane on an empty system
-  (target: under 2x). The backlog lane's head is delayed by a day: per SPEC §6 a
+  (target: under 2x). The backlog lane's head is delayed by a day: a
   delayed head holds its lane until due, so the whole backlog is honestly ``waiting``
   in the worker's own queue, and the run checks it still is afterwards. Pickup without
   any lane on an empty system is shown for reference;

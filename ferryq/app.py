@@ -10,7 +10,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from ferryq import _json, insights, metrics, policy
@@ -35,7 +35,7 @@ from ferryq.ops import JobFilter, LaneInfo, Operations, Signals
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
-from ferryq.store.base import Dependencies, NewJob
+from ferryq.store.base import Dependencies, Inserted, NewJob
 from ferryq.task import ExceptionTypes, Failures, Task
 
 if TYPE_CHECKING:
@@ -324,13 +324,30 @@ class App:
         job = self._new_job(task, encoded_args, options, payload_limit)
         if not encoded_args:
             return []
+        count = len(encoded_args)
+        return await self._enqueue(
+            task, options, job, count, lambda: self._insert(job, encoded_args, connection)
+        )
+
+    async def _enqueue(
+        self,
+        task: str,
+        options: JobOptions,
+        job: NewJob,
+        count: int,
+        insert: Callable[[], Awaitable[list[Inserted]]],
+    ) -> list[JobHandle]:
+        """``insert`` the jobs, between the enqueue hooks if there are any: every way
+        of enqueueing (async or sync, on the store or on the caller's connection)
+        comes through here. The hooks run in one task, so what ``before_enqueue`` puts
+        in a context variable ``after_enqueue`` sees."""
         if not self.hooks.around_enqueue:
-            return await self._insert(job, encoded_args, connection)
-        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
+            return self._handles(job, await insert())
+        call = Enqueue(task, options, count, dict(options.meta))
         try:
             await self.hooks.call(self.hooks.before_enqueue_hooks, call)
             job.meta = self._hooked_meta(call)
-            handles = await self._insert(job, encoded_args, connection)
+            handles = self._handles(job, await insert())
         except BaseException as exc:
             call.exception = exc
             raise
@@ -342,15 +359,15 @@ class App:
 
     async def _insert(
         self, job: NewJob, encoded_args: Sequence[str], connection: object | None
-    ) -> list[JobHandle]:
-        if connection is not None:
-            if job.after:  # in a transaction of its own, not the caller's
-                await self._prepare_dependencies()
-            inserted = await insert_on_connection_async(connection, job, encoded_args)
-        else:
-            inserted = await (await self.store()).job_insert_many(job, encoded_args)
-        created = sum(row.created for row in inserted)
-        metrics.ENQUEUED.inc(created, job.namespace, job.queue)
+    ) -> list[Inserted]:
+        if connection is None:
+            return await (await self.store()).job_insert_many(job, encoded_args)
+        if job.after:  # in a transaction of its own, not the caller's
+            await self._prepare_dependencies()
+        return await insert_on_connection_async(connection, job, encoded_args)
+
+    def _handles(self, job: NewJob, inserted: Sequence[Inserted]) -> list[JobHandle]:
+        metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
         return [JobHandle(self, row.id, row.created) for row in inserted]
 
     def enqueue_raw_sync(
@@ -365,9 +382,9 @@ class App:
         job = self._new_job(task, encoded_args, options)
         if not encoded_args:
             return []
-        return self._insert_sync(job, encoded_args)
+        return self._handles(job, self._insert_sync(job, encoded_args))
 
-    def _insert_sync(self, job: NewJob, encoded_args: Sequence[str]) -> list[JobHandle]:
+    def _insert_sync(self, job: NewJob, encoded_args: Sequence[str]) -> list[Inserted]:
         # The portal loop's store, kept with the portal it belongs to: a store kept
         # from before close() would be closed, and the portal new.
         portal = self._the_portal()
@@ -377,9 +394,7 @@ class App:
         store = kept[1]
         if not store.inserts_blocking:
             return self.portal_call(self._insert(job, encoded_args, None))
-        inserted = store.job_insert_blocking(job, encoded_args)
-        metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
-        return [JobHandle(self, row.id, row.created) for row in inserted]
+        return store.job_insert_blocking(job, encoded_args)
 
     async def _prepare_dependencies(self) -> None:
         await (await self.store()).prepare_dependencies()
@@ -393,28 +408,23 @@ class App:
     def enqueue_raw_on(
         self, connection: object, task: str, encoded_args: Sequence[str], options: JobOptions
     ) -> list[JobHandle]:
-        """The sync twin of ``enqueue_raw`` on a sync psycopg 3 connection."""
+        """The sync twin of ``enqueue_raw`` on a sync driver connection (psycopg 3): the
+        jobs are inserted on this thread, the connection's, in its open transaction;
+        enqueue hooks, if any, run around it on the portal (see ``Portal.call_here``)."""
         job = self._new_job(task, encoded_args, options)
         if not encoded_args:
             return []
-        call = Enqueue(task, options, len(encoded_args), dict(options.meta))
-        try:
-            if self.hooks.around_enqueue:  # on the portal, in this thread's context
-                self.portal_call(self.hooks.call(self.hooks.before_enqueue_hooks, call))
-            job.meta = self._hooked_meta(call) if self.hooks.around_enqueue else job.meta
+
+        def insert() -> list[Inserted]:
             if job.after:  # in a transaction of its own, not the caller's
                 self.portal_call(self._prepare_dependencies())
-            inserted = insert_on_connection(connection, job, encoded_args)
-        except BaseException as exc:
-            call.exception = exc
-            raise
-        else:
-            call.ids = [row.id for row in inserted]
-        finally:
-            if self.hooks.around_enqueue:
-                self.portal_call(self.hooks.call(self.hooks.after_enqueue_hooks, call))
-        metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
-        return [JobHandle(self, row.id, row.created) for row in inserted]
+            return insert_on_connection(connection, job, encoded_args)
+
+        if not self.hooks.around_enqueue:
+            return self._handles(job, insert())
+        return self._the_portal().call_here(
+            lambda here: self._enqueue(task, options, job, len(encoded_args), lambda: here(insert))
+        )
 
     def check_enqueue(
         self,

@@ -1,7 +1,8 @@
 """The job record, its states, and the transitions between them.
 
-The transition table below is the single source of truth for what may happen to a
-job; the store checks it in tests, and ``docs/state-machine.md`` draws it.
+The transition table below says everything that may happen to a job's state, and
+nothing else may: the conformance suite (tests/conformance/test_transitions.py) drives
+every edge through each backend, and ``docs/state-machine.md`` draws it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Event(enum.StrEnum):
     STEP_BACK = "not started, and its lane's limit lowered or the lane halted"
     RESPAWN_IN_LANE = "respawn into a lane that is full"
     ACK = "acknowledged over HTTP (lmstfy's delete)"
+    ENQUEUE_HELD = "enqueue after jobs not ended yet"
+    RELEASE = "its last dependency ended"
+    RELEASE_FAILED = "a dependency ended without success"
+    RATE_DEFER = "claimed, but its lane's rate window is full"
 
 
 S, E = State, Event
@@ -112,15 +117,15 @@ TRANSITIONS: dict[tuple[State | None, Event], State] = {
     (S.READY, E.ACK): S.SUCCEEDED,
     (S.SCHEDULED, E.ACK): S.SUCCEEDED,
     (S.WAITING, E.ACK): S.SUCCEEDED,
+    # Dependencies: a job held for them is scheduled at HELD (in a lane: waiting, as
+    # any job behind others) until its last one ends; then it is due at its own time.
+    (None, E.ENQUEUE_HELD): S.SCHEDULED,
+    (S.SCHEDULED, E.RELEASE): S.READY,
+    (S.SCHEDULED, E.RELEASE_FAILED): S.READY,  # for its worker to end it dead, unrun
+    # A rate per lane: a ready job the gate does not let start is due again when the
+    # lane's window has room.
+    (S.READY, E.RATE_DEFER): S.SCHEDULED,
 }
-
-
-def transition(current: State | None, event: Event) -> State:
-    """The state after ``event``; raises :class:`ValueError` if it is not allowed."""
-    try:
-        return TRANSITIONS[(current, event)]
-    except KeyError:
-        raise ValueError(f"{event.value!r} is not allowed in state {current}") from None
 
 
 @dataclass(slots=True)

@@ -35,6 +35,8 @@ from typing import Literal
 from ferryq.job import HELD, State
 
 OnDead = Literal["continue", "halt"]
+#: A lane as the stores name it: (namespace, lane).
+LaneKey = tuple[str, str]
 ON_DEAD: tuple[OnDead, ...] = ("continue", "halt")
 DEFAULT_LIMIT = 1
 MAX_LIMIT = 100_000
@@ -43,7 +45,8 @@ MAX_LANE_LENGTH = 255
 
 #: The most starts a rate may allow per window: a lane's window keeps that many.
 MAX_RATE = 10_000
-#: The longest window a rate may have, in seconds (a day).
+#: The shortest and the longest window a rate may have, in seconds (a day).
+MIN_PER = 0.001
 MAX_PER = 86_400.0
 
 
@@ -104,9 +107,11 @@ def check_rate(n: int, per: float) -> Rate:
     if (
         isinstance(per, bool)
         or not isinstance(per, int | float)
-        or not 0.001 <= per <= MAX_PER  # also refuses NaN
+        or not MIN_PER <= per <= MAX_PER  # also refuses NaN
     ):
-        raise ValueError(f"a rate's per must be from 0.001 to {MAX_PER:g} seconds, not {per!r}")
+        raise ValueError(
+            f"a rate's per must be from {MIN_PER:g} to {MAX_PER:g} seconds, not {per!r}"
+        )
     return Rate(n, float(per))
 
 
@@ -114,8 +119,8 @@ def changed_rule(
     rules: Iterable[LaneRule], pattern: str, limit: int, on_dead: str | None
 ) -> LaneRule:
     """``pattern``'s rule with a new limit, validated. Without ``on_dead`` the rule keeps
-    the policy it has, and it keeps its rate (SPEC §19: a changed limit keeps the
-    rule's other settings); a new rule continues and has no rate."""
+    the policy it has, and it keeps its rate (docs/guarantees.md, "Lanes":
+    a changed limit keeps the rule's other settings); a new rule continues and has no rate."""
     own = next((rule for rule in rules if rule.pattern == pattern), None)
     if on_dead is None:
         on_dead = "continue" if own is None else own.on_dead

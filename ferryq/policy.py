@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ferryq import backoff as backoff_mod
@@ -60,7 +60,7 @@ class JobOptions:
 
     def merged(self, **overrides: Any) -> JobOptions:
         """These options with every non-None override applied, validated."""
-        values = {name: getattr(self, name) for name in self.__slots__ if name != "_valid"}
+        values = {name: getattr(self, name) for name in OPTION_NAMES}
         for name, value in overrides.items():
             if name not in values:
                 raise TypeError(f"unknown job option {name!r}")
@@ -125,6 +125,11 @@ class JobOptions:
             )
 
 
+#: The names of the job options, as ``task.options()``, ``app.enqueue`` and the faces
+#: that pass options on (the command line, the HTTP API) spell them.
+OPTION_NAMES = tuple(option.name for option in fields(JobOptions) if option.init)
+
+
 def dependency_ids(after: object) -> tuple[int, ...]:
     """The ids of ``after``'s jobs (handles or ids), each once, in the order given."""
     if isinstance(after, str | bytes) or not hasattr(after, "__iter__"):
@@ -181,7 +186,7 @@ def check_number(
 
 
 def order_time(due: float, priority: float) -> float:
-    """Among ready jobs the smallest order time is claimed first (SPEC §3)."""
+    """Among ready jobs the smallest order time is claimed first (docs/guarantees.md, "Order")."""
     return due - priority
 
 

@@ -1,4 +1,5 @@
-"""The W3C trace context a job carries in its ``meta``, under ``trace`` (SPEC §19).
+"""The W3C trace context a job carries in its ``meta``, under ``trace``
+(docs/operations.md, "Tracing").
 
 ``meta["trace"]`` is ``{"traceparent": "00-<trace id>-<span id>-<flags>"}``, with
 ``"tracestate"`` beside it when there is one: the text map of the W3C Trace Context

@@ -1,4 +1,5 @@
-"""The web dashboard (SPEC §17): queues, jobs, dead letters, lanes and workers.
+"""The web dashboard: queues, jobs, dead letters, lanes and workers (docs/operations.md,
+"Dashboard").
 
 ``ferryq server`` mounts it on the API port under ``/ui`` (``/`` leads there). Pages
 are rendered on the server from ``templates/``; ``static/`` holds the style sheet and

@@ -38,7 +38,7 @@ from ferryq.dashboard.overviews import Overviews
 from ferryq.dashboard.security import SecurityHeaders
 from ferryq.errors import FerryqError, JobNotFound
 from ferryq.job import MAX_JOB_ID, TERMINAL_STATES, Job, State
-from ferryq.ops import JobFilter
+from ferryq.ops import RESPAWNABLE, JobFilter
 from ferryq.ops.views import STATES
 from ferryq.policy import NAME_RE
 from ferryq.server import http, tokens
@@ -56,7 +56,7 @@ FRAGMENT_HEADER = "x-ferryq-fragment"
 NAV = (("overview", "Overview", "/"), ("jobs", "Jobs", "/jobs"), ("dead", "Dead letters", "/dead"),
        ("lanes", "Lanes", "/lanes"), ("workers", "Workers", "/workers"))  # fmt: skip
 ACTIONS = {  # action -> (states it applies to, verb shown)
-    "respawn": (frozenset({State.DEAD, State.CANCELLED, State.EXPIRED}), "Respawn"),
+    "respawn": (RESPAWNABLE, "Respawn"),
     "purge": (frozenset({State.DEAD}), "Purge"),
     "cancel": (frozenset(State) - TERMINAL_STATES, "Cancel"),
 }

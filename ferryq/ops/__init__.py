@@ -2,7 +2,7 @@
 
 Layers, each importing only those below it (``tests/unit/test_layers.py``):
 
-- faces: ``ferryq.App``'s job methods, ``ferryq.cli*``, ``ferryq.server``,
+- faces: ``ferryq.App``'s job methods, ``ferryq.cli``, ``ferryq.server``,
   ``ferryq.dashboard``;
 - operations (here): :class:`Operations`, the namespaced reads and operator
   actions with their side effects, and the read models of ``ferryq.ops.views``;

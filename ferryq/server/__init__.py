@@ -1,4 +1,4 @@
-"""The HTTP server (SPEC §16): the lmstfy-compatible API, the native API, metrics,
+"""The HTTP server (docs/http-api.md): the lmstfy-compatible API, the native API, metrics,
 and the admin API, over the same engine and tables as the workers.
 
 The names below are imported on first use, so that a module of the package that

@@ -1,4 +1,4 @@
-"""The native JSON API under ``/v1`` (SPEC §16; described in docs/http-api.md).
+"""The native JSON API under ``/v1`` (described in docs/http-api.md, "Native API").
 
 Every call carries a namespace token (``X-Token: T`` or ``Authorization: Bearer T``),
 checked before the body is read; the token's namespace scopes everything, so a job of

@@ -103,6 +103,8 @@ class Claimed:
 
 
 FinishKind = Literal["succeeded", "dead", "cancelled", "retry", "next", "returned"]
+#: The kinds of finish that end the job: it moves from the hot table to history.
+TO_HISTORY: frozenset[FinishKind] = frozenset(("succeeded", "dead", "cancelled"))
 
 
 @dataclass(slots=True)

@@ -24,12 +24,11 @@ from typing import Any, Protocol, TypeVar
 from ferryq import lanes
 from ferryq.errors import InvalidTransition, JobNotFound, UnknownDependency
 from ferryq.job import HELD, Job, State
-from ferryq.lanes import LaneRule
+from ferryq.lanes import LaneKey, LaneRule
 from ferryq.store.base import Inserted, LaneInfo, NewJob
 from ferryq.store.sql import job_from_row, split_script
 
 T = TypeVar("T")
-Key = tuple[str, str]  # (namespace, lane)
 Counts = dict[tuple[str, str, str], int]
 
 #: The statements the flows run, by name: each backend's queries.sql has every one
@@ -70,11 +69,11 @@ class Session(Protocol):
     async def execute(self, name: str, params: Mapping[str, Any]) -> None:
         """Run statement ``name``, for what it writes or locks."""
 
-    async def lock_lanes(self, keys: Collection[Key]) -> None:
+    async def lock_lanes(self, keys: Collection[LaneKey]) -> None:
         """Take these lanes' locks before any job row (PostgreSQL: see
         ferryq.store.postgres.lanes). SQLite takes none: the write lock is held."""
 
-    async def settle_lanes(self, keys: Collection[Key], now: float) -> None:
+    async def settle_lanes(self, keys: Collection[LaneKey], now: float) -> None:
         """Bring these lanes to what their rules allow, after jobs left them."""
 
     async def lane_rules(self, namespace: str) -> list[LaneRule]:

@@ -1,8 +1,9 @@
-"""What both SQL backends share: column lists, the statement and migration loaders,
-the job-list query, and decoding a row into a Job.
+"""What both SQL backends share: column lists, the rule of a claim, the statement and
+migration loaders, the job-list query, and decoding a row into a Job.
 
-Statements live in each backend's ``queries.sql`` under ``-- name: x`` headers. A name
-both backends have means the same on both; the flows written once
+Statements live under ``-- name: x`` headers: those whose text is the same on both
+backends in ferryq/store/queries.sql, the others in each backend's ``queries.sql``. A
+name both backends have means the same on both; the flows written once
 (``ferryq.store.flows``) run only such names, and each backend has names of its own
 besides (see the files' headers). ``{job_columns}``-style placeholders are filled in
 once at load time; parameters are named (``:now``).
@@ -64,14 +65,59 @@ def select_list(overrides: Mapping[str, str], prefix: str = "j.") -> str:
     return ", ".join(overrides.get(c, f"{prefix}{c}") for c in JOB_COLUMNS)
 
 
+def claim_set(row: str = "", *, ttr: str | None = None, when: str | None = None) -> str:
+    """The SET list of a claim, the one rule every claiming statement writes: the job
+    runs, with one more attempt, a new fencing token (``fence + 1``), a lease of its
+    ``ttr`` from ``:now`` for ``:worker``, and no end or progress of an attempt yet.
+    ``row``: how the statement names the row's own columns (``j.``). ``ttr``: the
+    claimer's lease instead (an HTTP consumer's ``:ttr``), which becomes the job's.
+    ``when``: a condition under which the row is claimed, else left as it is; the
+    state is then the statement's own to set (it has more than two outcomes)."""
+    values = {
+        "state": "'running'",
+        "attempts": f"{row}attempts + 1",
+        "fence": f"{row}fence + 1",
+        "claimed_at": ":now",
+        "started_at": ":now",
+        "finished_at": "NULL",
+        "progress": "NULL",
+        "lease_until": f":now + {row}ttr",
+        "worker": ":worker",
+    }
+    if ttr is not None:
+        values["ttr"] = ttr
+        values["lease_until"] = f":now + {ttr}"
+    if when is None:
+        return ", ".join(f"{column} = {value}" for column, value in values.items())
+    return ", ".join(
+        f"{column} = CASE WHEN {when} THEN {value} ELSE {row}{column} END"
+        for column, value in values.items()
+        if column != "state"
+    )
+
+
+#: Where the statements that read the same on both backends are.
+SHARED_STATEMENTS = "ferryq.store"
+
+
 def load_statements(package: str, fill: Mapping[str, str]) -> dict[str, str]:
-    """Statements by name from ``queries.sql`` of ``package``, placeholders filled."""
+    """Statements by name: the shared ones (ferryq/store/queries.sql), then those of
+    ``package``'s own ``queries.sql``, placeholders filled. A backend's file may not
+    name a shared statement again."""
+    statements = _statements_of(SHARED_STATEMENTS, fill)
+    own = _statements_of(package, fill)
+    if twice := sorted(set(statements) & set(own)):
+        raise RuntimeError(f"{package}'s queries.sql repeats shared statements: {twice}")
+    return {**statements, **own}
+
+
+def _statements_of(package: str, fill: Mapping[str, str]) -> dict[str, str]:
     text = resources.files(package).joinpath("queries.sql").read_text()
     statements: dict[str, str] = {}
     for block in re.split(r"^-- name: ", text, flags=re.M)[1:]:
         name, _, body = block.partition("\n")
         sql = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
-        statements[name.strip()] = sql.strip().format(**fill)
+        statements[name.strip()] = sql.strip().format_map(fill)
     return statements
 
 

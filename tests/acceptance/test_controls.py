@@ -16,7 +16,7 @@ from tests.acceptance.conftest import ROOT, Workers
 from tests.acceptance.controls_app import app as tasks_app
 
 TARGET = "tests.acceptance.controls_app:app"
-#: A stopped attempt must end within its limit plus this (SPEC §19, issue 23).
+#: A stopped attempt must end within its limit plus this (docs/guarantees.md, "Time limits").
 SLACK = 1.0
 
 

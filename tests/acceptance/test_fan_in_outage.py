@@ -64,6 +64,11 @@ def _succeeded(app: ferryq.App) -> int:
     return sum(states.get("succeeded", 0) for states in app.stats().counts.values())
 
 
+def _all_started(app: ferryq.App, workers: Workers) -> bool:
+    """Every worker process has opened the database and registered (its heartbeat)."""
+    return {w.pid for w in app.stats().workers} >= {proc.pid for proc in workers.procs}
+
+
 def _outage(workers: Workers, cluster: PgCluster | None) -> None:
     if cluster is None:
         with write_lock(workers.url.removeprefix("sqlite:///")):
@@ -91,6 +96,10 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
         workers.start("--concurrency", "8", module="tests.acceptance.fan_in_app")
     watching = ferryq.App(workers.url)
     try:
+        # Every worker must be running before the database goes: one still starting
+        # finds the server down and exits, as it should (docs/operations.md, Errors at
+        # start). Thirty jobs alone can be one worker's while the others still import.
+        wait_until(lambda: _all_started(watching, workers), within=60, what="workers started")
         wait_until(lambda: _succeeded(watching) >= 30, within=60, what="30 jobs run")
     finally:
         watching.close()  # its pooled connections would die with the server
@@ -118,7 +127,11 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
         claimed[job.lane].append(job.claimed_at)
     for lane, times in claimed.items():
         assert most_in_any_window(times, 1.0) <= RATE, (lane, sorted(times))
-    assert all(proc.poll() is None for proc in workers.procs), "a worker died"
+    dead = [proc for proc in workers.procs if proc.poll() is not None]
+    assert not dead, "a worker died: " + "\n".join(
+        f"exit status {proc.returncode}, its log ends:\n{workers.stderr_of(proc)[-3000:]}"
+        for proc in dead
+    )
     for proc in workers.procs:
         proc.terminate()
     logs = [workers.stderr_of(proc) for proc in workers.procs]

@@ -21,7 +21,8 @@ When every job is terminal the test proves, from the logs and the database:
 3. Limits: at no moment more than the lane's limit of attempts running. A killed attempt
    has no end line. Its handler stopped when the process died, but for the queue it was
    running until its lease expired, and after that the job waited for its retry, still
-   holding its place in the lane (SPEC 6). So it is counted as running until the job's
+   holding its place in the lane (docs/guarantees.md, "Lanes"). So it is counted as
+   running until the job's
    next logged start (a later claim; if that claim was killed before logging too, the
    next one after it, which only lengthens the interval), or the job's ``finished_at``
    when it has no later attempt (dead after lease expiry). Those bounds are never too

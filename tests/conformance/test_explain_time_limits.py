@@ -1,6 +1,6 @@
-"""Explain of a job with a time limit or a progress report (SPEC §11, §19): when the
-running attempt's limit passes, how far it got, and a backoff or death after it timed
-out; the command line shows the same data."""
+"""Explain of a job with a time limit or a progress report (docs/operations.md,
+"Explain reasons"): when the running attempt's limit passes, how far it got, and a
+backoff or death after it timed out; the command line shows the same data."""
 
 from __future__ import annotations
 

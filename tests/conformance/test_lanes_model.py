@@ -59,7 +59,7 @@ from ferryq.lanes import LaneRule, rule_for
 from ferryq.store import Store
 from ferryq.store.base import Claimed, Finish
 from ferryq.store.postgres import lanes as pg_lanes
-from ferryq.store.sqlite import store as sqlite_store
+from ferryq.store.sqlite import lanes as sqlite_lanes
 from ferryq.worker.maintenance import Maintenance
 from tests.conformance.jobs import NS, new_job
 from tests.conformance.model_backend import ModelBackend
@@ -132,8 +132,8 @@ def watch_sqlite(paths: Paths) -> None:
     def handed(found: int | None, *_: Any) -> list[str]:
         return ["planned: handed over"] if found is not None else []
 
-    paths.spy(sqlite_store, "_next_of_single", single)
-    paths.spy(sqlite_store, "_views", views)
+    paths.spy(sqlite_lanes, "_next_of_single", single)
+    paths.spy(sqlite_lanes, "_views", views)
     paths.spy(lanes, "plan", planned)
     paths.spy(lanes, "hand_over", handed)
 

@@ -20,7 +20,8 @@ import pytest
 
 from ferryq.lanes import LaneRule
 from ferryq.store.base import Store
-from ferryq.store.postgres import store as pg
+from ferryq.store.postgres import claims as pg_claims
+from ferryq.store.postgres.store import PostgresStore
 from tests.conformance.jobs import NS, insert, succeed
 from tests.conftest import START as NOW
 
@@ -43,9 +44,9 @@ async def test_a_hand_over_waits_for_the_claim_asked_for_before_it(
     assert [first.id, second.id] == ids[:2]
 
     claiming, finished = asyncio.Event(), asyncio.Event()
-    claim: Callable[..., Awaitable[Any]] = pg._claim
-    assert isinstance(store, pg.PostgresStore)
-    finish = store._finish
+    claim: Callable[..., Awaitable[Any]] = pg_claims.claim
+    assert isinstance(store, PostgresStore)
+    finish = store._claims._finish
 
     async def slow_claim(*args: Any) -> Any:
         if not claiming.is_set():  # the first claim lets a hand-over run beside it
@@ -60,8 +61,8 @@ async def test_a_hand_over_waits_for_the_claim_asked_for_before_it(
         finally:
             finished.set()
 
-    monkeypatch.setattr(pg, "_claim", slow_claim)
-    monkeypatch.setattr(store, "_finish", noted_finish)
+    monkeypatch.setattr(pg_claims, "claim", slow_claim)
+    monkeypatch.setattr(store._claims, "_finish", noted_finish)
     # The claim loop's cycle, then the completer's, with one slot to fill: two of the
     # lane's three places free, so the lane hands its fourth job over and makes the
     # fifth ready.

@@ -1,6 +1,7 @@
 """A finish whose values the database refuses is written as a failed attempt that says
 so, and the finishes batched with it are written as usual: one value the database will
-not take never holds back a worker's completions (SPEC §4: nothing is lost)."""
+not take never holds back a worker's completions (docs/guarantees.md, "Delivery":
+nothing is lost)."""
 
 from __future__ import annotations
 

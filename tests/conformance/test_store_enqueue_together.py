@@ -47,17 +47,17 @@ class Commits:
     def __init__(self, store: Store) -> None:
         self.count = 0
         if isinstance(store, SQLiteStore):
-            assert store._conn is not None
-            store._conn.set_trace_callback(self._sqlite)
+            assert store._db.conn is not None
+            store._db.conn.set_trace_callback(self._sqlite)
         else:
             assert isinstance(store, PostgresStore)
-            insert = store._insert_rows
+            insert = store._inserts._commit
 
             async def counted(batch: Any) -> None:
                 self.count += 1
                 await insert(batch)
 
-            store._insert_rows = counted  # type: ignore[method-assign]
+            store._inserts._commit = counted  # type: ignore[method-assign]
 
     def _sqlite(self, statement: str) -> None:
         self.count += statement == "COMMIT"
@@ -70,17 +70,17 @@ async def held_up(store: Store, backend_url: str) -> AsyncIterator[Callable[[int
 
     async def queued(n: int) -> None:
         for _ in range(30_000):  # 30 s at most
-            if len(store._inserts) >= n:  # type: ignore[attr-defined]
+            if store._inserts.queued >= n:  # type: ignore[attr-defined]
                 return
             await asyncio.sleep(0.001)
         raise AssertionError(f"{n} calls never queued")
 
     if isinstance(store, SQLiteStore):
-        store._conn_lock.acquire()
+        store._db.lock.acquire()
         try:
             yield queued
         finally:
-            store._conn_lock.release()
+            store._db.lock.release()
         return
     blocker = await asyncpg.connect(backend_url)
     transaction = blocker.transaction()
@@ -220,7 +220,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
     if isinstance(store, PostgresStore):
         # The loop's way: a lone call would insert on its thread's own connection
         # (tests/integration/test_enqueue_together.py), which would not be held up here.
-        store._on_thread = None
+        store._inserts.on_thread = None
     try:
         calls = jobs(16)
         results: dict[int, list[Inserted]] = {}
@@ -230,7 +230,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
             results[n] = store.job_insert_blocking(*calls[n])
 
         def waiting() -> int:
-            return len(store._inserts) + len(getattr(store, "_from_threads", ()))  # type: ignore[attr-defined]
+            return int(store._inserts.queued)  # type: ignore[attr-defined]
 
         hold = held_up(store, backend_url)
         portal.call(hold.__aenter__())
@@ -240,7 +240,7 @@ def test_threads_that_arrive_during_a_commit_share_the_next(backend_url: str) ->
                 if isinstance(store, SQLiteStore):  # it leads, and waits for the lock
                     _wait_for(lambda: waiting() == 1)
                 else:  # its commit is under way, held up by the table's lock
-                    _wait_for(lambda: store._leaders == 1 and waiting() == 0)  # type: ignore[attr-defined]
+                    _wait_for(lambda: store._inserts._leaders == 1 and waiting() == 0)  # type: ignore[attr-defined]
                 for thread in threads[1:]:
                     thread.start()
                 _wait_for(lambda: waiting() >= (16 if isinstance(store, SQLiteStore) else 15))

@@ -383,3 +383,36 @@ async def test_a_finish_that_names_no_lane_or_a_wrong_one_still_settles_the_lane
     wrong.lane = "elsewhere"
     taken = await finish_and_claim(store, [wrong], limit=1)
     assert [j.id for j in taken + await claim(store)] == [c]
+
+
+async def test_a_new_attempt_starts_without_the_progress_of_the_last_one(store: Store) -> None:
+    """Every way a job is claimed writes one rule (ferryq.store.sql.claim_set): here a
+    plain claim, an HTTP consumer's take and a lane's hand-over, each of a respawned job
+    whose dead attempt had reported its progress."""
+    reported = '{"done": 1, "total": 2, "note": null, "at": 0}'
+
+    async def dies_with_progress(job: Claimed) -> None:
+        await store.job_leases([(job.id, job.fence)], [job.id], NOW, progress={job.id: reported})
+        assert (await store.job_get(job.id)).progress is not None  # type: ignore[union-attr]
+        dead = Finish("dead", job.id, job.fence, NOW, NOW, error={"message": "no"})
+        await store.job_finish_many([dead])
+        assert await store.job_respawn([job.id], NOW) == [job.id]
+
+    a, b = await lane_jobs(store, 2)
+    plain = await insert(store, NOW, queue="plain")
+    taken = await insert(store, NOW, queue="http")
+    for queue in ("plain", "http"):
+        await dies_with_progress((await store.job_claim(NS, [queue], 1, "w1", NOW))[0])
+    (job_a,) = await claim(store, limit=1)
+    await dies_with_progress(job_a)  # a comes back waiting, behind b, which runs now
+    (job_b,) = await claim(store, limit=1)
+    assert job_b.id == b
+    done = succeed(job_b, NOW)
+    done.lane = "L"
+    assert [j.id for j in await finish_and_claim(store, [done], limit=1)] == [a]
+    assert [j.id for j in await store.job_claim(NS, ["plain"], 1, "w1", NOW)] == [plain]
+    assert [j.id for j in await store.job_take(NS, "http", 1, "c", 30.0, NOW)] == [taken]
+    for job_id in (a, plain, taken):
+        job = await store.job_get(job_id)
+        assert job is not None and job.state == State.RUNNING and job.attempts == 1
+        assert job.progress is None, job_id

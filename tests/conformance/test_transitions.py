@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ferryq.job import TRANSITIONS, Event, State
-from ferryq.lanes import LaneRule
+from ferryq.lanes import LaneRule, Rate
 from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.worker.maintenance import Maintenance
@@ -132,6 +132,28 @@ async def _respawned_behind(store: Store) -> int:
     return dead
 
 
+async def _held(store: Store) -> int:
+    """A job after another that has not ended."""
+    first = await insert(store, NOW)
+    return await insert(store, NOW, after=(first,))
+
+
+async def _released(store: Store, kind: FinishKind = "succeeded") -> int:
+    job_id = await _held(store)
+    first = await claim_one(store, NOW)
+    error = None if kind == "succeeded" else {"message": "x"}
+    await store.job_finish_many([Finish(kind, first.id, first.fence, NOW, NOW, error=error)])
+    return job_id
+
+
+async def _deferred_by_the_rate(store: Store) -> int:
+    await store.lane_rule_set(NS, LaneRule("L", 2, rate=Rate(1, 10.0)), NOW)
+    await insert(store, NOW, lane="L")
+    job_id = await insert(store, NOW, lane="L")
+    assert len(await store.job_claim(NS, ["default"], 2, "w1", NOW)) == 1
+    return job_id
+
+
 SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (None, E.ENQUEUE_DUE): lambda s: insert(s, NOW),
     (None, E.ENQUEUE_DELAYED): lambda s: insert(s, NOW, delay=5.0),
@@ -178,6 +200,10 @@ SCENARIOS: dict[tuple[State | None, Event], Scenario] = {
     (S.READY, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW)),
     (S.SCHEDULED, E.ACK): lambda s: _acked(s, lambda s: insert(s, NOW, delay=5.0)),
     (S.WAITING, E.ACK): lambda s: _acked(s, _behind),
+    (None, E.ENQUEUE_HELD): _held,
+    (S.SCHEDULED, E.RELEASE): _released,
+    (S.SCHEDULED, E.RELEASE_FAILED): lambda s: _released(s, "dead"),
+    (S.READY, E.RATE_DEFER): _deferred_by_the_rate,
 }
 
 

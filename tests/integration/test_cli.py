@@ -22,13 +22,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from ferryq.cli import WORKER_SWITCH_INTERVAL
+from ferryq import App
+from ferryq.cli import settings
+from ferryq.cli.enqueue import FLAGS
+from ferryq.cli.worker import WORKER_SWITCH_INTERVAL
+from ferryq.policy import OPTION_NAMES
 from ferryq.store import open_store
 from ferryq.store.base import Finish
 from tests.commands import run_ferryq
@@ -249,6 +254,28 @@ def test_jobs_ls_filters_and_pages(ferryq: Run) -> None:
     assert "send" in ok(ferryq("jobs", "ls")).stdout
 
 
+def app_at(now: float) -> type[App]:
+    """An App whose clock stands still at ``now``."""
+
+    class Frozen(App):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, clock=lambda: now, **kwargs)
+
+    return Frozen
+
+
+def test_a_job_list_reads_the_time_from_the_apps_clock(
+    ferryq: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job created today, by the App's clock, shows its time of day; else its date."""
+    created = job(ferryq, enqueue(ferryq, "send", "[]"))["created_at"]
+    moment = datetime.fromtimestamp(created, UTC)
+    for now, shown in [(created, moment.strftime("%H:%M:%S")),
+                       (created + 2 * 86400, moment.strftime("%Y-%m-%d %H:%M"))]:  # fmt: skip
+        monkeypatch.setattr(settings, "App", app_at(now))
+        assert shown in ok(ferryq("jobs", "ls")).stdout
+
+
 def test_a_piped_table_prints_each_row_as_one_whole_line(ferryq: Run) -> None:
     task = "reports.monthly." + "t" * 134  # 150 characters
     lane = "tenant:" + "l" * 143
@@ -445,6 +472,7 @@ def test_retry_of_a_job_that_did_not_end_changes_nothing(ferryq: Run) -> None:
     waiting = enqueue(ferryq, "send", "[]")
     message = failed(ferryq("jobs", "retry", str(done), str(waiting)), 2)
     assert f"job {waiting} is ready" in message
+    assert "cannot be retried (only dead, cancelled or expired jobs)" in message
     assert job(ferryq, done)["state"] == "cancelled"
 
 
@@ -837,6 +865,13 @@ def test_an_option_name_in_the_refused_value_stays_as_given(ferryq: Run) -> None
     assert message.endswith("(got 'bad queue')")
     message = failed(ferryq("enqueue", "send", "[]", "--unique-for", "5"), 2)
     assert message == "Error: --unique-for needs a --unique-key"
+
+
+def test_every_job_option_is_one_of_enqueue_or_left_out_on_purpose() -> None:
+    """A new job option fails this until ``enqueue`` takes it, or it is listed here."""
+    left_out = {"namespace", "run_at", "stage", "context", "meta"}  # --namespace is global
+    assert set(OPTION_NAMES) - set(FLAGS) == left_out
+    assert FLAGS["max_tries"] == "--max-tries"
 
 
 @pytest.mark.parametrize("task", ["", " "])

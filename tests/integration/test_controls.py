@@ -1,5 +1,6 @@
-"""Production controls (docs/guarantees.md) in one process, on both backends, with
-time injected: time limits, selective retries, progress and hooks."""
+"""Production controls in one process, on both backends, with time injected: time
+limits, selective retries, progress and hooks (docs/guarantees.md, "Time limits" to
+"Hooks")."""
 
 from __future__ import annotations
 

@@ -165,12 +165,12 @@ def test_a_sync_enqueue_on_postgres_commits_on_its_thread_and_outlives_a_restart
         app.portal_call(job.enqueue_async(0))  # the loop's enqueues keep a connection
         assert app._portal_store is not None
         store = app._portal_store[1]
-        assert isinstance(store, PostgresStore) and store._on_thread is not None
-        before = store._on_thread._conn
+        assert isinstance(store, PostgresStore) and store._inserts.on_thread is not None
+        before = store._inserts.on_thread._conn
         assert before is not None  # the call went on this thread
         pg_cluster.restart()
         handle = job.enqueue(2)
-        assert store._on_thread._conn not in (None, before)
+        assert store._inserts.on_thread._conn not in (None, before)
         assert app.get_job(handle.id).args == [2]
         # The connection the loop's enqueues kept is gone too: they take another.
         began = time.monotonic()
@@ -210,7 +210,7 @@ async def test_close_lets_the_enqueues_under_way_end(pg_url: str) -> None:
     calls = [asyncio.ensure_future(store.job_insert_many(new_job(START), [f"[{n}]"]))
              for n in range(4)]  # fmt: skip
     for _ in range(3000):
-        if len(store._inserts) == 3:
+        if store._inserts.queued == 3:
             break
         await asyncio.sleep(0.001)
     closing = asyncio.ensure_future(store.close())
@@ -255,8 +255,8 @@ def test_a_url_libpq_cannot_read_sends_sync_enqueues_through_the_loop(pg_url: st
         handle = job.enqueue(5)
         assert app._portal_store is not None
         store = app._portal_store[1]
-        assert isinstance(store, PostgresStore) and store._on_thread is not None
-        assert store._on_thread._conn is None
+        assert isinstance(store, PostgresStore) and store._inserts.on_thread is not None
+        assert store._inserts.on_thread._conn is None
         assert app.get_job(handle.id).args == [5]
     finally:
         app.close()

@@ -34,7 +34,7 @@ async def test_a_wait_cancelled_while_the_listener_connects_leaves_no_deaf_liste
             await wait
         monkeypatch.setattr(asyncpg.connection.Connection, "add_listener", real_add)
 
-        listener = store._listener
+        listener = store._waits.listener
         assert listener is not None and listener.conn is None  # not a deaf connection
         assert await listener.ready()  # listens again, for real
         assert listener.conn is not None

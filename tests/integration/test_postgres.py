@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
 import urllib.parse
@@ -19,19 +20,21 @@ import ferryq
 from ferryq import metrics
 from ferryq.store import open_store
 from ferryq.store.base import Dependencies, Dependency
+from ferryq.store.postgres import connection as postgres_connection
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres import queries as postgres_queries
-from ferryq.store.postgres import store as postgres_store
-from ferryq.store.postgres.store import (
+from ferryq.store.postgres.connection import (
     GENERIC_PLANS,
     IDLE_IN_TRANSACTION_TIMEOUT,
-    JOBS_CHANNEL,
     SESSION_SETTINGS,
-    PostgresStore,
-    _runner,
-    _transaction_with,
+    runner,
+    transaction_with,
 )
+from ferryq.store.postgres.store import PostgresStore
+from ferryq.store.postgres.waits import JOBS_CHANNEL
 from ferryq.testing import drain_async
+from tests.conformance.jobs import new_job
+from tests.conftest import START
 
 
 @pytest.fixture
@@ -90,6 +93,61 @@ async def test_enqueue_in_an_async_psycopg_transaction(app: ferryq.App, pg_url: 
     assert (await app.get_job_async(kept.id)).state == "ready"
     with pytest.raises(ferryq.JobNotFound):
         await app.get_job_async(gone.id)
+
+
+class _Around:
+    """Enqueue hooks that record what they saw, and a context variable that the
+    before hook sets and the after hook reads: both run in one task."""
+
+    def __init__(self, app: ferryq.App) -> None:
+        self.seen: list[tuple[list[int], str | None, str | None]] = []
+        self.var: contextvars.ContextVar[str] = contextvars.ContextVar("around")
+        app.hooks.before_enqueue(self.before)
+        app.hooks.after_enqueue(self.after)
+
+    def before(self, call: ferryq.Enqueue) -> None:
+        call.meta["hooked"] = call.task
+        self.var.set(f"set before {call.task}")
+
+    def after(self, call: ferryq.Enqueue) -> None:
+        failed = None if call.exception is None else type(call.exception).__name__
+        self.seen.append((call.ids, self.var.get(None), failed))
+
+
+async def test_enqueue_hooks_run_around_an_enqueue_on_the_callers_connection(
+    app: ferryq.App, pg_url: str
+) -> None:
+    """The hooks of an enqueue on the application's own connection, sync (psycopg) and
+    async (asyncpg): around the insert, in the caller's transaction, in one task."""
+    double = _tasks(app)
+    around = _Around(app)
+    await app.store()
+    with psycopg.connect(pg_url) as conn:
+        with conn.transaction():
+            kept = double.using(conn).enqueue(21)
+        with conn.transaction() as transaction:
+            gone = double.using(conn).enqueue(1)
+            raise psycopg.Rollback(transaction)
+        conn.close()
+        with pytest.raises(psycopg.OperationalError):
+            double.using(conn).enqueue(2)  # a closed connection: nothing is written
+    raw = await asyncpg.connect(pg_url)
+    try:
+        async with raw.transaction():
+            on_asyncpg = await double.using(raw).enqueue_async(3)
+    finally:
+        await raw.close()
+    assert around.seen == [
+        ([kept.id], "set before double", None),
+        ([gone.id], "set before double", None),
+        ([], "set before double", "OperationalError"),
+        ([on_asyncpg.id], "set before double", None),
+    ]
+    for handle in (kept, on_asyncpg):
+        assert (await app.get_job_async(handle.id)).meta == {"hooked": "double"}
+    with pytest.raises(ferryq.JobNotFound):
+        await app.get_job_async(gone.id)
+    assert len(await app.list_jobs_async()) == 2
 
 
 async def test_a_job_after_others_on_the_callers_connection_waits_for_them(
@@ -232,11 +290,11 @@ async def test_a_transaction_begun_with_settings_ends_them_and_rolls_back_on_fai
     conn = await asyncpg.connect(pg_url, server_settings=SESSION_SETTINGS)
     try:
         await conn.execute("CREATE TEMP TABLE t (n int)")
-        async with _transaction_with(conn, GENERIC_PLANS):
+        async with transaction_with(conn, GENERIC_PLANS):
             assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
             await conn.execute("INSERT INTO t VALUES (1)")
         with pytest.raises(RuntimeError):
-            async with _transaction_with(conn, GENERIC_PLANS):
+            async with transaction_with(conn, GENERIC_PLANS):
                 await conn.execute("INSERT INTO t VALUES (2)")
                 raise RuntimeError("the work fails half-way")
         assert not conn.is_in_transaction()
@@ -253,7 +311,7 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     its idle session (the timeout set short here, through the URL); the frozen call,
     once it runs again, starts over on another connection, however long it was
     frozen (longer here than a call keeps retrying after losing its connection)."""
-    monkeypatch.setattr(postgres_store, "RECONNECT_SECONDS", 0.1)
+    monkeypatch.setattr(postgres_connection, "RECONNECT_SECONDS", 0.1)
     joiner = "&" if "?" in pg_url else "?"
     store = PostgresStore(f"{pg_url}{joiner}idle_in_transaction_session_timeout=300ms")
     default_store = PostgresStore(pg_url)
@@ -263,13 +321,13 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     async def hold_a_lane(conn: Any) -> int:
         nonlocal runs
         runs += 1
-        await lanes.lock(_runner(conn), {("default", "post:1")})
+        await lanes.lock(runner(conn), {("default", "post:1")})
         holding.set()
         await thawed.wait()  # frozen, between two statements of its transaction
         return int(await conn.fetchval("SELECT 1"))
 
     async def timeout_of(store: PostgresStore) -> str:
-        return str(await store._session(
+        return str(await store._db.session(
             lambda conn: conn.fetchval("SHOW idle_in_transaction_session_timeout")
         ))  # fmt: skip
 
@@ -279,7 +337,7 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
     try:
         assert await timeout_of(store) == "300ms"
         assert await timeout_of(default_store) == IDLE_IN_TRANSACTION_TIMEOUT
-        frozen = asyncio.create_task(store._session(hold_a_lane))
+        frozen = asyncio.create_task(store._db.session(hold_a_lane))
         await holding.wait()
         async with other.transaction():  # waits for the lane until the session ends
             await asyncio.wait_for(other.execute(
@@ -292,6 +350,29 @@ async def test_a_frozen_transaction_is_ended_and_frees_its_lanes(
         await other.close()
         await store.close()
         await default_store.close()
+
+
+async def test_a_renewal_never_waits_for_a_row_another_transaction_holds(pg_url: str) -> None:
+    """A lease renewal skips a row locked elsewhere (a finish of that attempt, most
+    likely) instead of waiting for it, so it is never one side of a deadlock: the
+    other rows are renewed, the locked one next time."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    other = await asyncpg.connect(pg_url)
+    try:
+        await store.job_insert_many(new_job(START), ["[]", "[]"])
+        locked, free = await store.job_claim("default", ["default"], 2, "w", START)
+        held = [(locked.id, locked.fence), (free.id, free.fence)]
+        async with other.transaction():
+            await other.execute("SELECT 1 FROM ferryq_jobs WHERE id = $1 FOR UPDATE", locked.id)
+            renewing = store.job_leases(held, [locked.id, free.id], START + 10)
+            leases = await asyncio.wait_for(renewing, timeout=30)  # a hang's bound
+        assert leases.extended == [free.id] and leases.lost == []
+        leases = await store.job_leases(held, [locked.id], START + 11)
+        assert leases.extended == [locked.id]
+    finally:
+        await other.close()
+        await store.close()
 
 
 async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: str) -> None:

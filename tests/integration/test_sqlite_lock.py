@@ -47,13 +47,13 @@ async def test_a_write_whose_caller_left_is_not_made_once_the_lock_frees(
     app = ferryq.App(f"sqlite:///{tmp_path}/ferryq.db")
     store = await app.store()
     writing = threading.Event()
-    write = store._write  # type: ignore[attr-defined]
+    write = store._db.write_here  # type: ignore[attr-defined]
 
-    def noted_write(fn: Callable[[sqlite3.Connection], None]) -> None:
+    def noted_write(fn: Callable[[sqlite3.Connection], None], wakes: bool = True) -> None:
         writing.set()
-        write(fn)
+        write(fn, wakes)
 
-    monkeypatch.setattr(store, "_write", noted_write)
+    monkeypatch.setattr(store._db, "write_here", noted_write)  # type: ignore[attr-defined]
     other = sqlite3.connect(tmp_path / "ferryq.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:

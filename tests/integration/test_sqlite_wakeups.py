@@ -74,13 +74,13 @@ def peer(command: str, db: Path, *prefix: str) -> subprocess.Popen[str]:
 def counting_checks(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Each look at ``PRAGMA data_version`` by ``store``, from here on."""
     checks: list[int] = []
-    look = store._data_version
+    look = store._waits.data_version
 
     def counted() -> int:
         checks.append(version := look())
         return version
 
-    monkeypatch.setattr(store, "_data_version", counted)
+    monkeypatch.setattr(store._waits, "data_version", counted)
     return checks
 
 

@@ -130,7 +130,7 @@ async def test_failures_retry_with_backoff_then_die(app: ferryq.App, clock: Froz
 
 
 async def test_a_retry_ignores_the_jobs_priority(app: ferryq.App, clock: FrozenClock) -> None:
-    # SPEC §3: a failing high-priority job cannot monopolise workers.
+    # docs/guarantees.md, "Order": a failing high-priority job cannot monopolise workers.
     @app.task(max_tries=3, retry=ferryq.backoff.fixed(10))
     async def urgent() -> None:
         raise ValueError("down")

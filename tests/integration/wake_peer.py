@@ -46,7 +46,7 @@ async def wait(url: str) -> None:
     await asyncio.sleep(0)  # the wait has begun
     print("waiting", flush=True)
     woken = await waiting
-    print(json.dumps({"woken": woken, "bell": store._bell is not None, "log": records}))
+    print(json.dumps({"woken": woken, "bell": store._waits._bell is not None, "log": records}))
     await store.close()
 
 

@@ -9,8 +9,9 @@ and announces itself with one line on stdout once both listeners accept connecti
 
     ferryq server listening api=http://127.0.0.1:PORT admin=http://127.0.0.1:PORT
 
-Everything here is written from LMSTFY-API.md, never from the server's code: these
-tests are the protocol's side of the contract.
+Everything here is written from lmstfy's protocol as its own code behaves (the
+tables of docs/http-api.md and lmstfy's clients), never from the server's code:
+these tests are the protocol's side of the contract.
 """
 
 from __future__ import annotations

@@ -584,7 +584,7 @@ def test_lanes_and_their_limits(v1: V1) -> None:
         {"pattern": odd, "limit": 3, "on_dead": "halt", "rate": None},
         {"pattern": "post:*", "limit": 2, "on_dead": "continue", "rate": None},
     ]}  # fmt: skip
-    # A limit changed without a policy keeps the rule's (SPEC §19).
+    # A limit changed without a policy keeps the rule's (docs/guarantees.md, "Lanes").
     put = v1.http.put("/lanes/limits", json={"pattern": odd, "limit": 4})
     assert put.json() == {"pattern": odd, "limit": 4, "on_dead": "halt", "rate": None}
     assert v1.http.delete("/lanes/limits", params={"pattern": odd}).status_code == 204
@@ -605,7 +605,7 @@ def test_lane_rates_are_set_kept_and_cleared(v1: V1) -> None:
     assert put.status_code == 200, put.text
     rated = {"pattern": "api:*", "limit": 3, "on_dead": "halt", "rate": {"n": 5, "per": 2.0}}
     assert put.json() == rated
-    # A changed limit keeps the rate; a changed rate keeps the limit (SPEC §19).
+    # A changed limit keeps the rate; a changed rate keeps the limit (docs/guarantees.md, "Lanes").
     put = v1.http.put("/lanes/limits", json={"pattern": "api:*", "limit": 4})
     assert put.json() == {**rated, "limit": 4}
     assert v1.http.get("/lanes/limits").json() == {"limits": [{**rated, "limit": 4}]}

@@ -74,8 +74,10 @@ def test_the_command_list_loads_no_web_framework() -> None:
 
 def test_the_server_commands_are_found_when_asked_for() -> None:
     """The probe above would pass if the server's commands were lost: they are not."""
-    code = run_cli("token", "--help") + "assert 'ferryq.cli_server' in sys.modules\n"
+    code = run_cli("token", "--help") + "assert 'ferryq.cli.tokens' in sys.modules\n"
     assert "ferryq.server" in loaded_after(code)
+    code = run_cli("server", "--help") + "assert 'ferryq.cli.server' in sys.modules\n"
+    assert "ferryq.server.app" not in loaded_after(code)
 
 
 # -- import cycles ------------------------------------------------------------

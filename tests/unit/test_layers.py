@@ -15,7 +15,7 @@ PACKAGE = Path(ferryq.__file__).parent
 FACES = [
     *sorted((PACKAGE / "server").rglob("*.py")),
     *sorted((PACKAGE / "dashboard").rglob("*.py")),
-    *sorted(PACKAGE.glob("cli*.py")),
+    *sorted((PACKAGE / "cli").rglob("*.py")),
 ]
 BELOW_THE_FACES = ("ferryq.store", "sqlite3", "asyncpg", "psycopg")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ferryq.store.sqlite import wake
-from ferryq.store.sqlite.store import IDLE_POLL, SQLiteStore
+from ferryq.store.sqlite.store import SQLiteStore
+from ferryq.store.sqlite.waits import IDLE_POLL
 from tests.conftest import START
 
 
@@ -53,14 +54,14 @@ async def test_without_wake_ups_an_idle_wait_polls_seldom(
     caplog.set_level(logging.INFO, logger="ferryq.store.sqlite")
     await store.job_take("ns", "q", 1, "http:test", 30.0, START)  # what is new from here
     checks = 0
-    version = store._data_version
+    version = store._waits.data_version
 
     def counted() -> int:
         nonlocal checks
         checks += 1
         return version()
 
-    monkeypatch.setattr(store, "_data_version", counted)
+    monkeypatch.setattr(store._waits, "data_version", counted)
     within = 0.5
     assert await store.wait_for_change(within, patient=True) is False
     # Every IDLE_POLL (50 ms) instead of every 5 ms: about 10 checks, not about 100.
@@ -81,14 +82,14 @@ async def test_a_wait_with_wake_ups_looks_once_a_second(
 ) -> None:
     await store.job_take("ns", "q", 1, "http:test", 30.0, START)
     checks = 0
-    version = store._data_version
+    version = store._waits.data_version
 
     def counted() -> int:
         nonlocal checks
         checks += 1
         return version()
 
-    monkeypatch.setattr(store, "_data_version", counted)
+    monkeypatch.setattr(store._waits, "data_version", counted)
     monkeypatch.setattr(wake, "SAFETY_POLL", 0.2)
     within = 0.5
     assert await store.wait_for_change(within) is False

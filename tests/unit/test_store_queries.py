@@ -13,7 +13,7 @@ import pytest
 
 from ferryq.job import HELD
 from ferryq.policy import MAX_RUN_AT
-from ferryq.store import flows
+from ferryq.store import flows, sql
 from ferryq.store.postgres.queries import Q as POSTGRES
 from ferryq.store.sqlite.queries import Q as SQLITE
 
@@ -71,3 +71,34 @@ def test_the_dependency_triggers_know_the_held_run_at() -> None:
         sql = PACKAGE / "store" / backend / "migrations" / "0011_dependencies.sql"
         assert "run_at = 1e15" in sql.read_text(), backend
     assert HELD == 1e15 > MAX_RUN_AT
+
+
+def _own_statements(backend: str) -> dict[str, str]:
+    return sql._statements_of(f"ferryq.store.{backend}", _FILL_NOTHING)
+
+
+class _Unfilled(dict[str, str]):
+    """Leaves every placeholder as written, so the files compare as they read."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+_FILL_NOTHING = _Unfilled()
+
+
+def test_a_statement_that_reads_the_same_on_both_backends_is_written_once() -> None:
+    sqlite, postgres = _own_statements("sqlite"), _own_statements("postgres")
+    twice = sorted(name for name in set(sqlite) & set(postgres) if sqlite[name] == postgres[name])
+    assert twice == [], f"move these to ferryq/store/queries.sql: {twice}"
+    shared = sql._statements_of(sql.SHARED_STATEMENTS, _FILL_NOTHING)
+    assert shared and not (set(shared) & set(sqlite)) and not (set(shared) & set(postgres))
+    assert set(shared) <= set(SQLITE) and set(shared) <= set(POSTGRES)
+
+
+def test_every_claim_writes_the_one_rule_of_a_claim() -> None:
+    """A claiming statement sets its row from ferryq.store.sql.claim_set, never by hand."""
+    for backend in ("sqlite", "postgres"):
+        for name, text in _own_statements(backend).items():
+            by_hand = re.search(r"fence\s*=\s*(j\.)?fence\s*\+", text)
+            assert by_hand is None, f"{backend}'s {name} writes a claim by hand"

@@ -15,8 +15,8 @@ from typing import Any
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
 from ferryq.store.flows import drive
+from ferryq.store.postgres.inserts import insert_jobs, insert_with
 from ferryq.store.postgres.queries import Statement
-from ferryq.store.postgres.store import insert_jobs, insert_with
 
 Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
 

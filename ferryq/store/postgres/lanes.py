@@ -18,16 +18,15 @@ from typing import Any
 
 from ferryq import lanes
 from ferryq.job import State
-from ferryq.lanes import Candidate, Held, LaneRule, LaneView
+from ferryq.lanes import Candidate, Held, LaneKey, LaneRule, LaneView
 from ferryq.store.base import Claimed
 from ferryq.store.postgres.queries import Q, Statement
 from ferryq.store.sql import CLAIM_COLUMNS, lane_rule
 
 Run = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
-Key = tuple[str, str]  # (namespace, lane)
 
 
-async def lock(run: Run, keys: Collection[Key]) -> None:
+async def lock(run: Run, keys: Collection[LaneKey]) -> None:
     if keys:
         namespaces, names = zip(*sorted(keys), strict=True)
         await run(Q["lane_lock"], {"namespaces": list(namespaces), "lanes": list(names)})
@@ -46,7 +45,7 @@ async def rules(run: Run, namespaces: Iterable[str]) -> dict[str, list[LaneRule]
     return found
 
 
-async def views(run: Run, keys: Collection[Key]) -> list[LaneView]:
+async def views(run: Run, keys: Collection[LaneKey]) -> list[LaneView]:
     ordered = sorted(keys)
     by_namespace = await rules(run, (namespace for namespace, _ in ordered))
     chosen = {key: lanes.rule_for(by_namespace.get(key[0], ()), key[1]) for key in ordered}
@@ -69,9 +68,9 @@ async def views(run: Run, keys: Collection[Key]) -> list[LaneView]:
 
 async def settle(
     run: Run,
-    keys: Collection[Key],
+    keys: Collection[LaneKey],
     now: float,
-    dead: Mapping[Key, list[int]] | None = None,
+    dead: Mapping[LaneKey, list[int]] | None = None,
     *,
     locked: bool = False,
     taker: lanes.Taker | None = None,
@@ -111,7 +110,7 @@ async def settle(
 _NAMESPACE, _LANE = 1 + CLAIM_COLUMNS.index("namespace"), 1 + CLAIM_COLUMNS.index("lane")
 
 
-async def _halt(run: Run, dead: Mapping[Key, list[int]], now: float) -> None:
+async def _halt(run: Run, dead: Mapping[LaneKey, list[int]], now: float) -> None:
     """Record the halts that deaths cause in lanes whose policy is ``halt``."""
     by_namespace = await rules(run, (namespace for namespace, _ in dead))
     halting = sorted(
@@ -126,7 +125,7 @@ async def _halt(run: Run, dead: Mapping[Key, list[int]], now: float) -> None:
         })  # fmt: skip
 
 
-async def _settle_by_plan(run: Run, keys: Collection[Key], now: float) -> None:
+async def _settle_by_plan(run: Run, keys: Collection[LaneKey], now: float) -> None:
     admit: list[lanes.Admit] = []
     demote: list[int] = []
     for view in await views(run, keys):
@@ -141,7 +140,7 @@ async def _settle_by_plan(run: Run, keys: Collection[Key], now: float) -> None:
         })  # fmt: skip
 
 
-async def release(run: Run, job_ids: Sequence[int]) -> dict[Key, int]:
+async def release(run: Run, job_ids: Sequence[int]) -> dict[LaneKey, int]:
     """Lift the halts these dead jobs put on their lanes: each lane, with its job."""
     rows = await run(Q["lane_release"], {"ids": list(job_ids)})
     return {(r[0], r[1]): r[2] for r in rows}

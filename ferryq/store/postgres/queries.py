@@ -13,6 +13,7 @@ from ferryq.store.sql import (
     JOB_COLUMNS,
     PERIODIC_COLUMNS,
     TOKEN_COLUMNS,
+    claim_set,
     load_migrations,
     load_statements,
     select_list,
@@ -71,6 +72,9 @@ _CLAIM_NULLS_BUT_LANE = ", ".join(
 _FILL = {
     "job_columns": ", ".join(JOB_COLUMNS),
     "claim_columns": ", ".join(f"j.{c}" for c in CLAIM_COLUMNS),
+    "claim_set": claim_set("j."),
+    "take_set": claim_set("j.", ttr=":ttr::float8"),
+    "claim_set_if_taken": claim_set("j.", when="p.take"),
     "claim_of_a": ", ".join(f"a.{c}" for c in CLAIM_COLUMNS),
     "claim_nulls_but_lane": _CLAIM_NULLS_BUT_LANE,
     "history_finish_columns": select_list(_FINISH),

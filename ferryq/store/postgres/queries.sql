@@ -4,9 +4,11 @@
 -- the locks: its write transaction holds the database's write lock). The other names
 -- are this backend's own: the hot paths, the lane steps, the partitions and
 -- leadership are written for each database apart.
--- tests/unit/test_store_queries.py checks what this header says.
+-- A statement that reads the same on both backends is in ferryq/store/queries.sql, not
+-- here. tests/unit/test_store_queries.py checks what this header says.
 -- Parameters are named (:now) and become $n for asyncpg, %(now)s for psycopg, when
--- loaded (queries.py); column lists are filled in from ferryq/store/sql.py.
+-- loaded (queries.py); column lists and the rule of a claim ({claim_set}) are filled in
+-- from ferryq/store/sql.py.
 
 -- name: job_insert_batch
 -- One statement for a batch of jobs alike but for their args, and its one wake-up
@@ -67,14 +69,6 @@ SELECT array_agg(id ORDER BY id) FROM inserted WHERE (SELECT count(*) FROM woken
 -- Serialises enqueues of one key (released at commit), so dedup is atomic.
 SELECT pg_advisory_xact_lock(hashtextextended(:namespace || '/' || :unique_key, 7));
 
--- name: job_find_unique_hot
-SELECT id FROM ferryq_jobs WHERE namespace = :namespace AND unique_key = :unique_key;
-
--- name: job_find_unique_recent
-SELECT id FROM ferryq_history
-WHERE namespace = :namespace AND unique_key = :unique_key AND created_at >= :since
-ORDER BY created_at DESC LIMIT 1;
-
 -- name: job_promote_due
 -- Maintenance's promotion, of every queue.
 UPDATE ferryq_jobs SET state = 'ready'
@@ -97,8 +91,7 @@ WHERE id = ANY(ARRAY(
 -- = ANY(ARRAY(...)) makes the update a primary-key lookup per picked row; a join
 -- with the picked rows could plan as a scan of the whole table.
 UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
+SET {claim_set}
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -112,8 +105,7 @@ RETURNING {claim_columns};
 
 -- name: job_claim_queues
 UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
+SET {claim_set}
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = ANY(:queues::text[])
@@ -206,27 +198,6 @@ FROM jsonb_array_elements_text(:ids::text::jsonb) AS j
 CROSS JOIN jsonb_array_elements_text(:after::text::jsonb) WITH ORDINALITY AS d(v, pos)
 LEFT JOIN ferryq_history h ON h.id = d.v::bigint;
 
--- name: deps_prune
--- The edges of dependents that are gone, with the history pruned: the jobs older than
--- every job still kept (ids only grow), a range of the primary key.
-DELETE FROM ferryq_deps WHERE job_id < (
-    SELECT coalesce(min(id), 9223372036854775807) FROM (
-        SELECT min(id) AS id FROM ferryq_jobs
-        UNION ALL SELECT min(id) FROM ferryq_history) AS kept);
-
--- name: job_dependencies
--- A job's dependencies in its order, and the jobs that depend on it.
-SELECT 'after' AS side, after_id AS id, ended FROM ferryq_deps WHERE job_id = :id
-UNION ALL
-SELECT 'dependent', job_id, ended FROM ferryq_deps WHERE after_id = :id
-ORDER BY 1, 2;
-
--- name: job_dependency_results
--- The results of a job's dependencies, in its order (null for one not succeeded).
-SELECT d.after_id, h.state, h.result FROM ferryq_deps d
-LEFT JOIN ferryq_history h ON h.id = d.after_id
-WHERE d.job_id = :id ORDER BY d.pos;
-
 -- name: job_cancel_if_requested
 -- An attempt that ends without success on a job whose cancellation was requested
 -- ends the job: it is not retried, queued for its next stage, or handed back.
@@ -271,11 +242,17 @@ RETURNING id;
 -- name: job_lease_extend
 -- A started time (else null) is when the attempt's handler really began, after the claim;
 -- a progress (else null) is what the attempt last reported, as JSON text.
+-- SKIP LOCKED: a renewal never waits for a row another transaction holds (the finish
+-- of that very attempt, most likely), so it is never one side of a deadlock, which its
+-- rows, locked in no set order, could otherwise make with a batch of finishes. A row
+-- skipped is not renewed this time; the next renewal comes within a third of its ttr.
 UPDATE ferryq_jobs j SET lease_until = :now + j.ttr, started_at = coalesce(f.started, j.started_at),
     progress = coalesce(f.progress, j.progress)
 FROM unnest(:ids::bigint[], :fences::bigint[], :started::float8[], :progress::text[])
     AS f(id, fence, started, progress)
 WHERE j.id = f.id AND j.fence = f.fence AND j.state = 'running'
+  AND j.id = ANY(ARRAY(SELECT id FROM ferryq_jobs WHERE id = ANY(:ids::bigint[])
+                       FOR UPDATE SKIP LOCKED))
 RETURNING j.id;
 
 -- name: job_held
@@ -314,17 +291,8 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns} FROM ferryq_jobs j
 WHERE j.id = :id AND j.state IN ('scheduled', 'waiting', 'ready');
 
--- name: job_delete
-DELETE FROM ferryq_jobs WHERE id = :id;
-
 -- name: job_request_cancel
 UPDATE ferryq_jobs SET cancel_requested = true WHERE id = :id AND state = 'running';
-
--- name: job_get_hot
-SELECT {job_columns} FROM ferryq_jobs WHERE id = :id;
-
--- name: job_get_history
-SELECT {job_columns} FROM ferryq_history WHERE id = :id;
 
 -- name: job_lock
 -- An operator's change to one job: its lane's lock first (lane_lock), then its row.
@@ -380,24 +348,6 @@ SELECT pg_try_advisory_lock(hashtextextended('ferryq:leader:' || :name, 7));
 -- name: leader_unlock
 SELECT pg_advisory_unlock(hashtextextended('ferryq:leader:' || :name, 7));
 
--- name: worker_beat
-INSERT INTO ferryq_workers (id, namespace, queues, host, pid, concurrency, started_at,
-    heartbeat_at, running, stats)
-VALUES (:id, :namespace, :queues, :host, :pid, :concurrency, :started_at, :heartbeat_at,
-    :running, :stats)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    running = excluded.running, stats = excluded.stats;
-
--- name: worker_remove
-DELETE FROM ferryq_workers WHERE id = :id;
-
--- name: worker_list
-SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running, stats
-FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
-
--- name: worker_prune
-DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
-
 -- name: lane_lock
 -- Serialises the decisions about a lane (released at commit). Taken in key order, and
 -- before any job row, so two transactions never wait on each other in a circle. The
@@ -414,9 +364,6 @@ SELECT count(pg_advisory_xact_lock(s.k)) FROM (
     SELECT DISTINCT hashtextextended(namespace || '/' || lane, 11) AS k
     FROM ferryq_jobs WHERE id = ANY(:ids::bigint[]) AND lane IS NOT NULL
     ORDER BY k) s;
-
--- name: lane_of_job
-SELECT namespace, lane FROM ferryq_jobs WHERE id = :id AND lane IS NOT NULL;
 
 -- name: lane_of_history
 SELECT DISTINCT namespace, lane FROM ferryq_history
@@ -486,8 +433,7 @@ WHERE j.id = (d.v ->> 0)::bigint AND j.state = 'ready';
 -- name: job_claim
 -- The jobs a claim picked (job_pick) that the rate gate let start.
 UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + j.ttr, worker = :worker
+SET {claim_set}
 WHERE j.id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint)
   AND j.state = 'ready'
 RETURNING {claim_columns};
@@ -495,23 +441,10 @@ RETURNING {claim_columns};
 -- name: job_take_ids
 -- job_take of the jobs a pick locked and the rate gate let start (see job_claim).
 UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr::float8,
-    lease_until = :now::float8 + :ttr::float8, worker = :worker
+SET {take_set}
 WHERE j.id IN (SELECT jsonb_array_elements_text(:ids::text::jsonb)::bigint)
   AND j.state = 'ready'
 RETURNING {job_columns};
-
--- name: lane_window
--- A lane's window, for explain.
-SELECT starts, deferred_until FROM ferryq_lane_windows
-WHERE namespace = :namespace AND lane = :lane;
-
--- name: lane_windows_prune
-DELETE FROM ferryq_lane_windows WHERE until < :before;
-
--- name: lane_rule_delete
-DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
 
 -- name: lane_halt
 INSERT INTO ferryq_lane_halts (namespace, lane, job_id, halted_at)
@@ -656,12 +589,7 @@ WITH RECURSIVE rules AS MATERIALIZED (  -- usually a handful of rows, read once
     SET order_time = p.order_time, run_at = p.run_at,
         state = CASE WHEN p.take THEN 'running'
                      WHEN p.run_at > :now THEN 'scheduled' ELSE 'ready' END,
-        attempts = j.attempts + p.take::int, fence = j.fence + p.take::int,
-        claimed_at = CASE WHEN p.take THEN :now ELSE j.claimed_at END,
-        started_at = CASE WHEN p.take THEN :now ELSE j.started_at END,
-        finished_at = CASE WHEN p.take THEN NULL ELSE j.finished_at END,
-        lease_until = CASE WHEN p.take THEN :now + j.ttr ELSE j.lease_until END,
-        worker = CASE WHEN p.take THEN :worker ELSE j.worker END
+        {claim_set_if_taken}
     FROM planned p
     -- waiting: under the lane's lock nothing else moves a waiting job. The ANY keeps
     -- the update to primary-key lookups whatever the planner guesses of the steps.
@@ -737,18 +665,12 @@ GROUP BY j.lane
 ORDER BY count(*) DESC, j.lane
 LIMIT :limit;
 
--- name: lane_halts
-SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
-ORDER BY halted_at;
-
 -- name: job_take
 -- job_claim_queue for a consumer over HTTP: the lease is the consumer's ttr, which
 -- becomes the job's own, so lease renewals and explain agree with it. The attempt
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs j
-SET state = 'running', attempts = j.attempts + 1, fence = j.fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr::float8,
-    lease_until = :now::float8 + :ttr::float8, worker = :worker
+SET {take_set}
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -773,24 +695,6 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns} FROM moved j
 RETURNING id, namespace, lane;
 
--- name: queue_peek
--- What job_take would take next (without the promotion of due jobs it does first).
-SELECT {job_columns} FROM ferryq_jobs
-WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
-  AND (expires_at IS NULL OR expires_at > :now)
-ORDER BY order_time, id
-LIMIT 1;
-
--- name: queue_size_hot
--- Every statement is planned for its parameters (force_custom_plan), so the state
--- picks its partial index.
-SELECT count(*) FROM ferryq_jobs
-WHERE namespace = :namespace AND queue = :queue AND state = :state;
-
--- name: queue_size_history
-SELECT count(*) FROM ferryq_history
-WHERE namespace = :namespace AND queue = :queue AND state = :state;
-
 -- name: queue_clear_lanes
 -- The lanes that clearing the queue may free, to be locked before any job row.
 SELECT DISTINCT lane FROM ferryq_jobs
@@ -811,39 +715,6 @@ INSERT INTO ferryq_history ({job_columns})
 SELECT {history_terminal_columns} FROM moved j
 RETURNING id, namespace, lane;
 
--- name: dead_oldest
-SELECT id FROM ferryq_history
-WHERE state = 'dead' AND namespace = :namespace AND queue = :queue
-ORDER BY finished_at, id
-LIMIT :limit;
-
--- name: token_create
-INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,
-    limit_write, limit_interval)
-VALUES (:namespace, :digest, :description, :hint, :created_at, :limit_read, :limit_write,
-    :limit_interval)
-ON CONFLICT (digest) DO NOTHING
-RETURNING digest;
-
--- name: token_get
-SELECT {token_columns} FROM ferryq_tokens WHERE digest = :digest;
-
--- name: token_list
-SELECT {token_columns} FROM ferryq_tokens WHERE namespace = :namespace
-ORDER BY created_at, digest;
-
--- name: token_list_all
-SELECT {token_columns} FROM ferryq_tokens ORDER BY created_at, digest;
-
--- name: token_delete
-DELETE FROM ferryq_tokens WHERE namespace = :namespace AND digest = :digest RETURNING digest;
-
--- name: token_limit_set
-UPDATE ferryq_tokens
-SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
-WHERE digest = :digest
-RETURNING digest;
-
 -- name: periodic_upsert
 -- A periodic task first seen now is handled up to now: its first tick is the next.
 INSERT INTO ferryq_periodic (namespace, task, schedule, queue, catch_up, checked_until,
@@ -863,12 +734,6 @@ SET checked_until = :checked_until, next_tick = :next_tick::float8, updated_at =
 WHERE namespace = :namespace AND task = :task AND checked_until = :checked_from
 RETURNING task;
 
--- name: periodic_list
-SELECT {periodic_columns},
-    coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
-             (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
-FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;
-
 -- name: migration_lock
 -- One migrator at a time, however many processes start together.
 SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7));
@@ -876,12 +741,3 @@ SELECT pg_advisory_xact_lock(hashtextextended('ferryq:migrate', 7));
 -- name: migration_table
 CREATE TABLE IF NOT EXISTS ferryq_migrations (
     version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL);
-
--- name: migration_versions
-SELECT version FROM ferryq_migrations;
-
--- name: migration_record
-INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
-
--- name: schema_version
-SELECT max(version) FROM ferryq_migrations;

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from ferryq.lanes import LaneRule
-from ferryq.store.flows import Key
+from ferryq.lanes import LaneKey, LaneRule
 from ferryq.store.postgres import lanes, partitions
 from ferryq.store.postgres.queries import Q, Statement
 
@@ -30,10 +29,10 @@ class RunSession:
     async def execute(self, name: str, params: Mapping[str, Any]) -> None:
         await self.run(Q[name], dict(params))
 
-    async def lock_lanes(self, keys: Collection[Key]) -> None:
+    async def lock_lanes(self, keys: Collection[LaneKey]) -> None:
         await lanes.lock(self.run, keys)
 
-    async def settle_lanes(self, keys: Collection[Key], now: float) -> None:
+    async def settle_lanes(self, keys: Collection[LaneKey], now: float) -> None:
         await lanes.settle(self.run, keys, now)  # takes the locks again: no harm
 
     async def lane_rules(self, namespace: str) -> list[LaneRule]:

@@ -7,6 +7,7 @@ from ferryq.store.sql import (
     JOB_COLUMNS,
     PERIODIC_COLUMNS,
     TOKEN_COLUMNS,
+    claim_set,
     load_migrations,
     load_statements,
     select_list,
@@ -58,6 +59,8 @@ _RESPAWN = {
 _FILL = {
     "job_columns": ", ".join(JOB_COLUMNS),
     "claim_columns": ", ".join(CLAIM_COLUMNS),
+    "claim_set": claim_set(),
+    "take_set": claim_set(ttr=":ttr"),
     "history_finish_columns": select_list(_FINISH),
     "history_batch_columns": select_list(_BATCH),
     "history_terminal_columns": select_list(_TERMINAL),

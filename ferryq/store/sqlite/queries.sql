@@ -4,9 +4,10 @@
 -- need not take has an empty body: every write holds the database's write lock from
 -- its BEGIN IMMEDIATE). The other names are this backend's own: the hot paths, the
 -- lane steps and the history's fold are written for each database apart.
--- tests/unit/test_store_queries.py checks what this header says.
--- Parameters are named (:now); column lists are filled in from ferryq/store/sql.py
--- (JOB_COLUMNS and the others) when the statements are loaded (queries.py).
+-- A statement that reads the same on both backends is in ferryq/store/queries.sql, not
+-- here. tests/unit/test_store_queries.py checks what this header says.
+-- Parameters are named (:now); column lists and the rule of a claim ({claim_set}) are
+-- filled in from ferryq/store/sql.py when the statements are loaded (queries.py).
 
 -- name: job_insert
 -- One statement for a batch: :args is a JSON array of each job's args as JSON text.
@@ -33,15 +34,6 @@ VALUES (:namespace, :queue, :task, :args, :state, :lane, :priority, :run_at,
 -- name: job_lock_unique
 -- Nothing to take: the write lock already lets one enqueue of a key through at a time.
 
--- name: job_find_unique_hot
-SELECT id FROM ferryq_jobs WHERE namespace = :namespace AND unique_key = :unique_key;
-
--- name: job_find_unique_recent
--- With a window, a finished job created within it still counts as a duplicate.
-SELECT id FROM ferryq_history
-WHERE namespace = :namespace AND unique_key = :unique_key AND created_at >= :since
-ORDER BY created_at DESC LIMIT 1;
-
 -- name: job_dependencies_hot
 -- The dependencies named by an enqueue that have not ended (the write lock keeps them so).
 SELECT id, namespace, state FROM ferryq_jobs WHERE id IN (SELECT value FROM json_each(:ids));
@@ -62,19 +54,6 @@ INSERT INTO ferryq_deps (job_id, pos, after_id, ended)
 SELECT j.value, d.key, d.value, (SELECT h.state FROM ferryq_history h WHERE h.id = d.value)
 FROM json_each(:ids) AS j, json_each(:after) AS d;
 
--- name: job_dependencies
--- A job's dependencies in its order, and the jobs that depend on it.
-SELECT 'after' AS side, after_id AS id, ended FROM ferryq_deps WHERE job_id = :id
-UNION ALL
-SELECT 'dependent', job_id, ended FROM ferryq_deps WHERE after_id = :id
-ORDER BY 1, 2;
-
--- name: job_dependency_results
--- The results of a job's dependencies, in its order (null for one not succeeded).
-SELECT d.after_id, h.state, h.result FROM ferryq_deps d
-LEFT JOIN ferryq_history h ON h.id = d.after_id
-WHERE d.job_id = :id ORDER BY d.pos;
-
 -- name: job_claim_ids
 -- Walks ferryq_jobs_ready in order; the expiry check only skips rows that the
 -- maintenance leader has not expired yet.
@@ -87,8 +66,7 @@ LIMIT :limit;
 -- name: job_claim_queue
 -- The common case, one queue: pick and lease in a single pass over the ready index.
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
+SET {claim_set}
 WHERE id IN (
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -99,8 +77,7 @@ RETURNING {claim_columns};
 
 -- name: job_claim
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
+SET {claim_set}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
 RETURNING {claim_columns};
 
@@ -141,9 +118,6 @@ RETURNING id, namespace, lane;
 
 -- name: job_delete_batch
 DELETE FROM ferryq_jobs WHERE id IN (SELECT value ->> 0 FROM json_each(:batch));
-
--- name: job_delete
-DELETE FROM ferryq_jobs WHERE id = :id;
 
 -- name: job_cancel_if_requested
 -- An attempt that ends without success on a job whose cancellation was requested
@@ -221,12 +195,6 @@ UPDATE ferryq_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running'
 -- name: job_lock
 -- Nothing to take: the write lock keeps the row as it is until the commit.
 
--- name: job_get_hot
-SELECT {job_columns} FROM ferryq_jobs WHERE id = :id;
-
--- name: job_get_history
-SELECT {job_columns} FROM ferryq_history WHERE id = :id;
-
 -- name: job_respawn
 INSERT INTO ferryq_jobs ({job_columns})
 SELECT {respawn_columns}
@@ -274,14 +242,6 @@ UPDATE ferryq_history_folded SET hid = :until;
 SELECT f.hid, min(f.hid + :limit, coalesce((SELECT max(hid) FROM ferryq_history), 0))
 FROM ferryq_history_folded f;
 
--- name: deps_prune
--- The edges of dependents that are gone, with the history pruned: the jobs older than
--- every job still kept (ids only grow), a range of the primary key.
-DELETE FROM ferryq_deps WHERE job_id < (
-    SELECT coalesce(min(id), 9223372036854775807) FROM (
-        SELECT min(id) AS id FROM ferryq_jobs
-        UNION ALL SELECT min(id) FROM ferryq_history) AS kept);
-
 -- name: history_prune
 DELETE FROM ferryq_history
 WHERE id IN (SELECT id FROM ferryq_history WHERE finished_at < :before LIMIT :limit);
@@ -293,27 +253,6 @@ WHERE ferryq_leaders.holder = excluded.holder OR ferryq_leaders.expires_at < :no
 
 -- name: leader_release
 DELETE FROM ferryq_leaders WHERE name = :name AND holder = :holder;
-
--- name: worker_beat
-INSERT INTO ferryq_workers (id, namespace, queues, host, pid, concurrency, started_at,
-    heartbeat_at, running, stats)
-VALUES (:id, :namespace, :queues, :host, :pid, :concurrency, :started_at, :heartbeat_at,
-    :running, :stats)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    running = excluded.running, stats = excluded.stats;
-
--- name: worker_remove
-DELETE FROM ferryq_workers WHERE id = :id;
-
--- name: worker_list
-SELECT id, namespace, queues, host, pid, concurrency, started_at, heartbeat_at, running, stats
-FROM ferryq_workers WHERE heartbeat_at >= :since ORDER BY started_at;
-
--- name: worker_prune
-DELETE FROM ferryq_workers WHERE heartbeat_at < :before;
-
--- name: lane_of_job
-SELECT namespace, lane FROM ferryq_jobs WHERE id = :id AND lane IS NOT NULL;
 
 -- name: lane_of_jobs
 -- The lanes of the jobs about to finish (a lane never changes, so no lock is needed).
@@ -373,17 +312,6 @@ UPDATE ferryq_jobs SET state = 'scheduled', run_at = d.due
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS due
       FROM json_each(:defer)) AS d
 WHERE ferryq_jobs.id = d.id AND ferryq_jobs.state = 'ready';
-
--- name: lane_window
--- A lane's window, for explain.
-SELECT starts, deferred_until FROM ferryq_lane_windows
-WHERE namespace = :namespace AND lane = :lane;
-
--- name: lane_windows_prune
-DELETE FROM ferryq_lane_windows WHERE until < :before;
-
--- name: lane_rule_delete
-DELETE FROM ferryq_lane_rules WHERE namespace = :namespace AND pattern = :pattern;
 
 -- name: lane_halted_by
 SELECT job_id FROM ferryq_lane_halts WHERE namespace = :namespace AND lane = :lane;
@@ -459,10 +387,6 @@ GROUP BY j.lane
 ORDER BY count(*) DESC, j.lane
 LIMIT :limit;
 
--- name: lane_halts
-SELECT lane, job_id, halted_at FROM ferryq_lane_halts WHERE namespace = :namespace
-ORDER BY halted_at;
-
 -- name: lane_glance
 -- For each lane of :namespace named in :lanes (a JSON array of names): the jobs it
 -- holds, of which not started, the dead job that halts it, and its first waiting job
@@ -488,8 +412,7 @@ LEFT JOIN ferryq_jobs AS w ON w.id = (
 -- not expired, straight to :worker; at most :budget of them (any: the lanes not taken
 -- are admitted next, for any worker to claim).
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
+SET {claim_set}
 WHERE id IN (
     SELECT w.id FROM json_each(:lanes) AS l
     JOIN ferryq_jobs AS w ON w.id = (
@@ -528,17 +451,14 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting';
 -- Hand a lane's next job straight to the worker whose attempt freed the lane: it is
 -- admitted and claimed in one write.
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, lease_until = :now + ttr, worker = :worker
+SET {claim_set}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
 RETURNING {claim_columns};
 
 -- name: job_take_ids
 -- job_take of the jobs a claim picked and the rate gate let start (see job_claim).
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr, lease_until = :now + :ttr,
-    worker = :worker
+SET {take_set}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'ready'
 RETURNING {job_columns};
 
@@ -547,9 +467,7 @@ RETURNING {job_columns};
 -- becomes the job's own, so lease renewals and explain agree with it. The attempt
 -- starts when it is handed over: no worker will report a start of its own.
 UPDATE ferryq_jobs
-SET state = 'running', attempts = attempts + 1, fence = fence + 1, claimed_at = :now,
-    started_at = :now, finished_at = NULL, progress = NULL, ttr = :ttr, lease_until = :now + :ttr,
-    worker = :worker
+SET {take_set}
 WHERE id IN (
     SELECT id FROM ferryq_jobs
     WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
@@ -571,23 +489,6 @@ RETURNING id, namespace, lane;
 -- name: job_delete_ids
 DELETE FROM ferryq_jobs WHERE id IN (SELECT value FROM json_each(:ids));
 
--- name: queue_peek
--- What job_take would take next (without the promotion of due jobs it does first).
-SELECT {job_columns} FROM ferryq_jobs
-WHERE state = 'ready' AND namespace = :namespace AND queue = :queue
-  AND (expires_at IS NULL OR expires_at > :now)
-ORDER BY order_time, id
-LIMIT 1;
-
--- name: queue_size_hot
--- The bound state picks the state's partial index (SQLite plans again for the value).
-SELECT count(*) FROM ferryq_jobs
-WHERE namespace = :namespace AND queue = :queue AND state = :state;
-
--- name: queue_size_history
-SELECT count(*) FROM ferryq_history
-WHERE namespace = :namespace AND queue = :queue AND state = :state;
-
 -- name: queue_clear
 -- Cancels the queue's ready jobs, in one pass over its range of the ready index.
 INSERT INTO ferryq_history ({job_columns})
@@ -595,39 +496,6 @@ SELECT {history_terminal_columns}
 FROM ferryq_jobs j
 WHERE j.state = 'ready' AND j.namespace = :namespace AND j.queue = :queue
 RETURNING id, namespace, lane;
-
--- name: dead_oldest
-SELECT id FROM ferryq_history
-WHERE state = 'dead' AND namespace = :namespace AND queue = :queue
-ORDER BY finished_at, id
-LIMIT :limit;
-
--- name: token_create
-INSERT INTO ferryq_tokens (namespace, digest, description, hint, created_at, limit_read,
-    limit_write, limit_interval)
-VALUES (:namespace, :digest, :description, :hint, :created_at, :limit_read, :limit_write,
-    :limit_interval)
-ON CONFLICT (digest) DO NOTHING
-RETURNING digest;
-
--- name: token_get
-SELECT {token_columns} FROM ferryq_tokens WHERE digest = :digest;
-
--- name: token_list
-SELECT {token_columns} FROM ferryq_tokens WHERE namespace = :namespace
-ORDER BY created_at, digest;
-
--- name: token_list_all
-SELECT {token_columns} FROM ferryq_tokens ORDER BY created_at, digest;
-
--- name: token_delete
-DELETE FROM ferryq_tokens WHERE namespace = :namespace AND digest = :digest RETURNING digest;
-
--- name: token_limit_set
-UPDATE ferryq_tokens
-SET limit_read = :limit_read, limit_write = :limit_write, limit_interval = :limit_interval
-WHERE digest = :digest
-RETURNING digest;
 
 -- name: periodic_upsert
 -- A periodic task first seen now is handled up to now: its first tick is the next.
@@ -644,12 +512,6 @@ SET checked_until = :checked_until, next_tick = :next_tick, updated_at = :now,
     last_tick = coalesce(:last_tick, last_tick), last_job = coalesce(:last_job, last_job)
 WHERE namespace = :namespace AND task = :task AND checked_until = :checked_from;
 
--- name: periodic_list
-SELECT {periodic_columns},
-    coalesce((SELECT j.state FROM ferryq_jobs j WHERE j.id = p.last_job),
-             (SELECT h.state FROM ferryq_history h WHERE h.id = p.last_job))
-FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;
-
 -- name: migration_lock
 -- Nothing to take: a migration runs in a write transaction, which holds the database's
 -- write lock, so one process migrates at a time.
@@ -657,12 +519,3 @@ FROM ferryq_periodic p WHERE p.namespace = :namespace ORDER BY p.task;
 -- name: migration_table
 CREATE TABLE IF NOT EXISTS ferryq_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
-
--- name: migration_versions
-SELECT version FROM ferryq_migrations;
-
--- name: migration_record
-INSERT INTO ferryq_migrations (version, name, applied_at) VALUES (:version, :name, :applied_at);
-
--- name: schema_version
-SELECT max(version) FROM ferryq_migrations;

@@ -1,4 +1,4 @@
--- Dependencies (SPEC §19: task.options(after=[...])). A job may wait for others to end.
+-- Dependencies (task.options(after=[...]); docs/guarantees.md, "Dependencies"). A job may wait for others to end.
 -- deps_left: how many of its dependencies have not ended yet. While it is above 0 the
 -- job's run_at is ferryq.job.HELD, past any due time, so the job stays 'scheduled' (or
 -- 'waiting' in its lane) and no promotion makes it ready; order_time keeps its place.

@@ -1,4 +1,4 @@
--- Rates (SPEC §19: app.set_lane_rate(pattern, n, per=seconds)): at most rate_n starts
+-- Rates (app.set_lane_rate(pattern, n, per=seconds); docs/guarantees.md, "Rates per lane"): at most rate_n starts
 -- of a lane in any rate_per seconds. Both null: the rule has no rate.
 ALTER TABLE ferryq_lane_rules ADD COLUMN rate_n integer;
 ALTER TABLE ferryq_lane_rules ADD COLUMN rate_per double precision;

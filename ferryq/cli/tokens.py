@@ -1,83 +1,19 @@
-"""``ferryq server`` and ``ferryq token``: the HTTP server and its namespace tokens.
+"""``ferryq token``: create, list and revoke the namespace tokens of the HTTP API.
 
-Importing this module loads the server; the root command (``ferryq.cli``) imports it
-only when one of these commands runs or is listed (``LAZY_COMMANDS``)."""
+Importing this module loads ``ferryq.server.tokens`` (how a token is made, stored and
+checked); the root command (``ferryq.cli``) imports it only when one of these commands
+runs or the commands are listed (``LAZY_COMMANDS``)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import sys
-
 import click
 
-from ferryq import _render, logs
-from ferryq.cli_common import (
-    CliError,
-    emit_json,
-    get_app,
-    json_option,
-    log_format_option,
-    log_level_option,
-    show,
-)
-from ferryq.errors import ConfigurationError
+from ferryq import _render
+from ferryq.cli.options import json_option
+from ferryq.cli.output import CliError, emit_json, show
+from ferryq.cli.settings import get_app
 from ferryq.ops import Token
 from ferryq.server import tokens
-
-
-@click.command()
-@click.option("--url", "server_url", envvar="FERRYQ_URL",
-              help="Database URL [default: the global --url].")  # fmt: skip
-@click.option("--host", default="127.0.0.1", show_default=True, help="API address.")
-@click.option("--port", type=click.IntRange(0, 65535), default=7777, show_default=True,
-              help="API port (0: any free port).")  # fmt: skip
-@click.option("--admin-host", default="127.0.0.1", show_default=True, help="Admin address.")
-@click.option("--admin-port", type=click.IntRange(0, 65535), default=7778, show_default=True,
-              help="Admin port (0: any free port).")  # fmt: skip
-@click.option("--admin-credential", envvar="FERRYQ_ADMIN_CREDENTIAL", metavar="USER:PASSWORD",
-              help="Basic auth for the admin API; required off loopback.")  # fmt: skip
-@click.option("--session-secret", envvar="FERRYQ_SESSION_SECRET", metavar="SECRET",
-              help="Sign dashboard sessions with this (32+ characters): they then "
-              "survive restarts and work on every server sharing it [default: a key "
-              "per start].")  # fmt: skip
-@log_level_option
-@log_format_option
-@click.pass_context
-def server(
-    ctx: click.Context,
-    server_url: str | None,
-    host: str,
-    port: int,
-    admin_host: str,
-    admin_port: int,
-    admin_credential: str | None,
-    session_secret: str | None,
-    log_level: str,
-    log_format: str,
-) -> None:
-    """Serve the HTTP API (lmstfy-compatible and /v1), metrics and the admin API."""
-    from ferryq.server.app import ServerConfig, serve  # the web framework, only here
-
-    url = server_url or get_app(ctx).url
-    # An empty secret or credential is refused by check(), not ignored: one that failed
-    # to reach the environment would otherwise pass unseen (click drops empty variables).
-    if session_secret is None and os.environ.get("FERRYQ_SESSION_SECRET") == "":
-        session_secret = ""
-    if admin_credential is None and os.environ.get("FERRYQ_ADMIN_CREDENTIAL") == "":
-        admin_credential = ""
-    config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential,
-                          session_secret)  # fmt: skip
-    try:
-        config.check()
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from None
-    logs.configure(log_level, log_format)
-    asyncio.run(serve(config))
-    logging.shutdown()
-    sys.stdout.flush()
-    os._exit(0)
 
 
 @click.group()

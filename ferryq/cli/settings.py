@@ -1,11 +1,5 @@
-"""What every module of the command line shares: the global options and the App built
-from them, the errors it shows, its output and the options many commands take.
-
-``ferryq.cli`` (the root and the commands of the jobs) and ``ferryq.cli_server`` (the
-HTTP server and its tokens) both import this module and never each other: the root
-imports ``cli_server`` only when one of its commands runs, so the other commands never
-load the server or the dashboard.
-"""
+"""The global options (``--url``, ``--namespace``) and the App built from them, or
+loaded from a user's module (``MODULE:APP``) with those options applied."""
 
 from __future__ import annotations
 
@@ -16,24 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from rich.console import RenderableType
 
-from ferryq import _render, logs
 from ferryq.app import App
+from ferryq.cli.output import CliError
 from ferryq.policy import JobOptions
-
-out = _render.console()
-err = _render.console(stderr=True)
-
-
-class CliError(click.ClickException):
-    """A message for the user and an exit code; never a traceback."""
-
-    exit_code = 2
-
-
-class NotFoundError(CliError):
-    exit_code = 1
 
 
 @dataclass
@@ -101,24 +81,3 @@ def load_app(target: str) -> App:
     if not isinstance(found, App):
         raise CliError(f"{module_name}:{attribute} is a {type(found).__name__}, not a ferryq.App")
     return found
-
-
-def emit_json(value: Any) -> None:
-    click.echo(_render.to_json(value))
-
-
-def show(renderable: RenderableType) -> None:
-    out.print(renderable)
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-log_level_option = click.option(
-    "--log-level", type=click.Choice(list(logs.LEVELS), case_sensitive=False), default="info",
-    envvar="FERRYQ_LOG_LEVEL", show_default=True, show_envvar=True,
-    help="Log records at this level and above, to stderr.",
-)  # fmt: skip
-log_format_option = click.option(
-    "--log-format", type=click.Choice(logs.FORMATS, case_sensitive=False), default="text",
-    envvar="FERRYQ_LOG_FORMAT", show_default=True, show_envvar=True,
-    help="text: one readable line a record; json: one JSON object a line.",
-)  # fmt: skip

@@ -1,0 +1,309 @@
+"""The PostgreSQL server as the store uses it: its pools, the settings of their
+sessions, and calls that ride out a server restart.
+
+Every call runs on a pooled connection through ``Database.session``: a connection
+lost before the work began (a pooled connection the server closed, a server still
+starting) is always tried again; one lost half-way only when the work is safe to run
+twice. Enqueues have a pool of their own, with generic plans (see INSERT_SETTINGS),
+and keep one of its connections out of the pool between commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+
+from ferryq.errors import StoreError
+from ferryq.faults import FaultLog, one_line
+from ferryq.store import safe_url
+from ferryq.store.postgres.queries import Q, Statement
+
+log = logging.getLogger("ferryq.store.postgres")
+T = TypeVar("T")
+Conn = Any  # asyncpg.Connection or a pooled proxy of one; asyncpg ships no types
+
+#: A transaction of the store's lasts milliseconds. One left idle longer than this
+#: (its process frozen: SIGSTOP, a debugger, a paused machine) is ended by the server,
+#: so the lanes and rows it locked go free for every other worker; the frozen call,
+#: once it runs again, finds its connection gone and starts over on another.
+IDLE_IN_TRANSACTION_TIMEOUT = "10s"
+#: Statements are prepared once per connection. A generic plan, which PostgreSQL
+#: switches to after five runs, guesses batch sizes blindly and, once the tables are
+#: large, can scan a whole table where the batch needs a few index lookups: every
+#: run is planned for its own parameters instead (a fraction of a millisecond).
+#: A setting given in the URL's query (``?idle_in_transaction_session_timeout=30s``)
+#: takes the place of the one here.
+SESSION_SETTINGS = {
+    "plan_cache_mode": "force_custom_plan",
+    "application_name": "ferryq",
+    "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
+}
+GENERIC_PLANS = "plan_cache_mode = force_generic_plan"
+#: The enqueues' connections: the insert has one good plan whatever its values.
+INSERT_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+#: Commits of enqueue calls under way at once. One: the calls that queue while it
+#: waits for its fsync go in the next together (two at once made smaller batches,
+#: and fewer calls a second).
+IN_FLIGHT = 1
+INSERT_CONNECTIONS = IN_FLIGHT + 1  # one more for a commit whose caller was cancelled
+#: How long a call keeps retrying while the server is unreachable (a restart).
+RECONNECT_SECONDS = 30.0
+CONNECTION_LOST = (
+    OSError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a connection left half-way through an operation
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,  # it ended a frozen session
+    # Refused at connect, so nothing began: the server is full (max_connections) or
+    # the role is at its own limit; both pass as other clients leave.
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+#: SQLSTATE classes that refuse the values written, whatever the moment: data
+#: exceptions (22), integrity violations (23) and limits exceeded (54).
+_REFUSALS = ("22", "23", "54")
+
+
+class Database:
+    """The store's pools on one server. ``ready`` once the store has opened."""
+
+    def __init__(self, url: str, *, min_size: int, max_size: int) -> None:
+        self.url = url
+        self.safe_url = safe_url(url)
+        self._min_size, self._max_size = min_size, max_size
+        self.pool: asyncpg.Pool | None = None
+        # Enqueues have connections of their own, with generic plans: planning the
+        # insert anew at every call cost more than running it.
+        self.inserts_pool: asyncpg.Pool | None = None
+        self._kept: Conn | None = None
+        self._kept_busy = False
+        self.ready = False
+        self.opening = asyncio.Lock()
+        self._faults = FaultLog(log)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The settings of the store's sessions (SESSION_SETTINGS, less the URL's own)."""
+        return _session_settings(self.url)
+
+    async def connect(self) -> None:
+        """Make the pools; a wrong URL or a server out of reach is a StoreError now."""
+        try:
+            self.pool = await asyncpg.create_pool(
+                self.url, min_size=self._min_size, max_size=self._max_size,
+                server_settings=self.settings, reset=_reset,
+            )  # fmt: skip
+            async with self.pool.acquire() as conn:  # a wrong URL says so now, once
+                await conn.execute("SELECT 1")
+            self.inserts_pool = await asyncpg.create_pool(
+                self.url, min_size=0, max_size=INSERT_CONNECTIONS,
+                server_settings={**self.settings, **INSERT_SETTINGS}, reset=_reset,
+            )  # fmt: skip
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                asyncpg.InternalClientError) as exc:  # fmt: skip
+            # (A server going away as the first query runs may leave asyncpg's protocol
+            # half-way: an InternalClientError, one line like any other here.)
+            await self.close()
+            raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
+
+    async def give_back_kept(self) -> None:
+        """The enqueues' kept connection goes back to its pool, unless a commit uses it."""
+        if self.inserts_pool is not None and not self._kept_busy:
+            kept, self._kept = self._kept, None
+            if kept is not None:
+                await _give_back(self.inserts_pool, kept)
+
+    async def close(self) -> None:
+        pools, self.pool, self.inserts_pool = (self.pool, self.inserts_pool), None, None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
+
+    def terminate(self) -> None:
+        self._kept = None  # the pool's terminate ends it
+        pools, self.pool, self.inserts_pool = (self.pool, self.inserts_pool), None, None
+        for pool in pools:
+            # Its event loop may be gone already: closing is then best effort.
+            with contextlib.suppress(RuntimeError):
+                if pool is not None:
+                    pool.terminate()
+
+    def refuses(self, error: BaseException) -> bool:
+        """See ``Store.refuses``."""
+        if isinstance(error, ValueError | TypeError | OverflowError):
+            return True  # not even encoded: a text no codec takes, an integer past 64 bits
+        # asyncpg's errors, or psycopg's (a sync enqueue's, see on_thread).
+        if not isinstance(error, asyncpg.PostgresError) and not _of_psycopg(error):
+            return False
+        return str(getattr(error, "sqlstate", None) or "")[:2] in _REFUSALS
+
+    # -- calls ---------------------------------------------------------------------
+
+    async def session(
+        self,
+        op: Callable[..., Awaitable[T]],
+        *args: Any,
+        transaction: bool = True,
+        idempotent: bool = True,
+        isolation: str | None = None,
+        settings: str | None = None,
+        inserts: bool = False,
+    ) -> T:
+        """Run ``op(conn, *args)`` on a pooled connection, riding out a server restart.
+        ``settings`` (``SET LOCAL`` assignments) apply to ``op``'s transaction, set as
+        it begins. ``inserts``: on a connection of the enqueues' own pool.
+
+        A connection lost before the work began (a pooled connection the server
+        closed, a server still starting) is always retried; one lost half-way only
+        when ``op`` is safe to run twice. RECONNECT_SECONDS after the first loss it is a
+        StoreError (counted from the loss: a call may have been frozen long before).
+        """
+        delay = 0.05
+        deadline: float | None = None  # set at the first loss
+        while True:
+            begun = False
+            try:
+                async with self._acquire(inserts) as conn:
+                    if not transaction:
+                        begun = True
+                        result = await op(conn, *args)
+                    else:
+                        transaction_of_op = (
+                            conn.transaction(isolation=isolation)
+                            if settings is None
+                            else transaction_with(conn, settings)
+                        )
+                        async with transaction_of_op:
+                            begun = True
+                            result = await op(conn, *args)
+            except CONNECTION_LOST as exc:
+                if isinstance(exc, ValueError):  # asyncpg's DataError: a value not encoded
+                    raise
+                deadline = deadline or time.monotonic() + RECONNECT_SECONDS
+                if (begun and not idempotent) or time.monotonic() > deadline:
+                    raise StoreError(
+                        f"lost the connection to PostgreSQL at {self.safe_url}: {one_line(exc)}"
+                    ) from exc
+                self._faults.failed("PostgreSQL connection", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            self._faults.succeeded("PostgreSQL connection")
+            return result
+
+    async def fetch(self, name: str, **params: Any) -> list[Any]:
+        """The rows of statement ``name``, in a statement of its own."""
+        statement = Q[name]
+        return await self.session(lambda conn: run(conn, statement, **params), transaction=False)
+
+    async def execute(self, name: str, **params: Any) -> str:
+        """The status of statement ``name`` (``UPDATE 3``), in a statement of its own."""
+        statement = Q[name]
+
+        async def execute(conn: Conn) -> str:
+            return str(await conn.execute(statement.sql, *statement.args(params)))
+
+        return await self.session(execute, transaction=False)
+
+    def _acquire(self, inserts: bool = False) -> Any:
+        pool = self.inserts_pool if inserts else self.pool
+        if pool is None:
+            raise StoreError("the store is not open")
+        return self._kept_for_inserts(pool) if inserts else pool.acquire()
+
+    @contextlib.asynccontextmanager
+    async def _kept_for_inserts(self, pool: asyncpg.Pool) -> AsyncIterator[Conn]:
+        """The enqueues' connection, kept out of the pool between commits: taking one
+        from the pool and giving it back cost a tenth of a one-job enqueue. A second
+        commit at once (its leader's caller was cancelled) takes one from the pool."""
+        if self._kept_busy or not self.ready:
+            async with pool.acquire() as conn:
+                yield conn
+            return
+        self._kept_busy = True
+        try:
+            conn = self._kept
+            if conn is None or not _usable(conn):  # the server ended it: another
+                self._kept = None
+                if conn is not None:
+                    await _give_back(pool, conn)
+                conn = self._kept = await pool.acquire()
+            try:
+                yield conn
+            except BaseException:  # the pool resets or drops it; the next takes another
+                self._kept = None
+                await _give_back(pool, conn)
+                raise
+        finally:
+            self._kept_busy = False
+            if not self.ready and (kept := self._kept) is not None:  # closing meanwhile
+                self._kept = None
+                await _give_back(pool, kept)
+
+
+async def run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:
+    """The rows of ``statement`` on ``conn``."""
+    return list(await conn.fetch(statement.sql, *statement.args(params)))
+
+
+def runner(conn: Conn) -> Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]:
+    """``run`` on ``conn``, as the lanes' steps and the flows' sessions take it."""
+    return lambda statement, params: run(conn, statement, **params)
+
+
+@contextlib.asynccontextmanager
+async def transaction_with(conn: Conn, settings: str) -> AsyncIterator[None]:
+    """A transaction begun together with ``SET LOCAL settings``, in one round trip
+    (asyncpg's ``transaction()`` sends BEGIN alone): committed if the block ends
+    normally, else rolled back. A lost connection cannot be; its server ends the
+    transaction, and the pool's ``_reset`` catches any other left open."""
+    await conn.execute(f"BEGIN; SET LOCAL {settings}")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(*CONNECTION_LOST):
+            await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+
+
+def _usable(conn: Conn) -> bool:
+    """Whether a connection kept out of the pool still works: asyncpg gives the
+    pool back a connection the server ended, and its proxy then refuses every call."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
+async def _give_back(pool: asyncpg.Pool, conn: Conn) -> None:
+    with contextlib.suppress(Exception):  # given back already, with its connection gone
+        await pool.release(conn)
+
+
+def _of_psycopg(error: BaseException) -> bool:
+    return type(error).__module__.startswith("psycopg")
+
+
+def _session_settings(url: str) -> dict[str, str]:
+    """SESSION_SETTINGS, less those the URL's query sets: asyncpg sends a query
+    parameter it does not know to the server as a setting, unless told otherwise."""
+    given = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    return {name: value for name, value in SESSION_SETTINGS.items() if name not in given}
+
+
+async def _reset(conn: Conn) -> None:
+    """What a connection needs on its way back to the pool: nothing, but for a
+    transaction an operation was cut off in. Pooled connections hold no session state
+    (locks are transaction-scoped; LISTEN and leadership have connections of their own),
+    so the driver's default reset, a round trip on every release, is skipped."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")

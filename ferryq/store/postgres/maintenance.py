@@ -1,0 +1,116 @@
+"""Maintenance on PostgreSQL, the leader's duties: promotion of due jobs, the leases
+that ran out, expiry, the history's partitions (ferryq.store.postgres.partitions),
+and leadership itself: a session advisory lock on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import asyncpg
+
+from ferryq.errors import StoreError
+from ferryq.faults import one_line
+from ferryq.store.base import Claimed
+from ferryq.store.postgres import lanes, partitions
+from ferryq.store.postgres.connection import CONNECTION_LOST, Conn, Database, run, runner
+from ferryq.store.postgres.queries import Q
+
+log = logging.getLogger("ferryq.store.postgres")
+#: A frozen leader's session ends after this long, so its lock passes on.
+LEADER_IDLE_TIMEOUT = "10s"
+
+
+async def promote_due(db: Database, now: float, limit: int) -> int:
+    status = await db.execute("job_promote_due", now=now, limit=limit)
+    return int(status.split()[-1])
+
+
+async def expired_leases(db: Database, now: float, limit: int) -> list[Claimed]:
+    return [Claimed(*row) for row in await db.fetch("job_expired_leases", now=now, limit=limit)]
+
+
+async def expire(conn: Conn, now: float, limit: int) -> list[int]:
+    run_here = runner(conn)
+    found = await run(conn, Q["job_expire_candidates"], now=now, limit=limit)
+    await lanes.lock(run_here, {(r[1], r[2]) for r in found if r[2] is not None})
+    moved = await run(conn, Q["job_expire"], ids=[r[0] for r in found], now=now)
+    await lanes.settle(run_here, {(r[1], r[2]) for r in moved if r[2] is not None}, now)
+    return sorted(r[0] for r in moved)
+
+
+async def history_prune(conn: Conn, before: float, limit: int) -> int:
+    await partitions.ensure(conn, time.time())
+    pruned = await partitions.prune(conn, before, limit)
+    if pruned:
+        await run(conn, Q["deps_prune"])
+    await run(conn, Q["lane_windows_prune"], before=before)
+    return pruned
+
+
+class Leadership:
+    """Leadership by name: a session advisory lock per name, all held on one
+    connection of this store's, which runs one statement at a time, so maintenance
+    and the periodic loop take turns on it."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: Conn | None = None
+        self._leading: set[str] = set()
+        self._turn = asyncio.Lock()
+
+    async def acquire(self, name: str) -> bool:
+        async with self._turn:
+            return await self._acquire(name)
+
+    async def _acquire(self, name: str) -> bool:
+        try:
+            if self._conn is None or self._conn.is_closed():
+                self._conn, self._leading = await self._connect(), set()
+            if name in self._leading:
+                await self._conn.execute("SELECT 1")  # keeps the idle timeout away
+                return True
+            if await self._conn.fetchval(Q["leader_try"].sql, name):
+                self._leading.add(name)
+                return True
+            return False
+        except (*CONNECTION_LOST, asyncpg.PostgresError) as exc:
+            if self._conn is not None:
+                self._conn.terminate()  # whatever state it is in, the lock goes with it
+            self._conn, self._leading = None, set()
+            raise StoreError(f"leadership check failed, not leading: {one_line(exc)}") from exc
+
+    async def _connect(self) -> Conn:
+        conn = await asyncpg.connect(self._url)
+        try:
+            await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+        except asyncpg.UndefinedObjectError:  # before PostgreSQL 14: no such setting
+            log.warning("this PostgreSQL has no idle_session_timeout: a frozen leader "
+                        "keeps its lock until its connection ends")  # fmt: skip
+        except BaseException:  # cancelled or failed: never leave it open
+            conn.terminate()
+            raise
+        return conn
+
+    async def release(self, name: str) -> None:
+        async with self._turn:
+            if self._conn is not None and name in self._leading:
+                self._leading.discard(name)
+                with contextlib.suppress(Exception):
+                    await self._conn.fetchval(Q["leader_unlock"].sql, name)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def terminate(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # Its event loop may be gone already: closing is then best effort.
+            with contextlib.suppress(RuntimeError):
+                conn.terminate()
