@@ -14,7 +14,8 @@ odd rounds and the working tree first in even ones. The measures:
   with ``--jobs`` no-op jobs; the rate is ``(n - 1) / (last start - first start)``
   from the tasks' own start times, as bench/ferryq_runs.py measures. Beside it, the
   worker's CPU seconds per job: its rusage at exit less its CPU when the first job
-  started (start-up left out), less disturbed than the wall clock on a shared machine.
+  started (start-up left out), less disturbed than the wall clock on a shared
+  machine, and the part of it spent in the kernel (system calls, I/O).
 - enqueue: ``--enqueues`` calls of ``task.enqueue()``, one job each, from one sync
   process, as web apps enqueue; beside it, that process's CPU per call.
 
@@ -65,9 +66,16 @@ from tests.pg import LocalCluster, PgCluster, fresh_database
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS = {"pg": "PostgreSQL durable", "normal": "SQLite NORMAL", "full": "SQLite FULL"}
 MEASURES = ("drain", "enqueue")
-#: How each measure's two figures read: (rate, its unit), (CPU, its unit and scale).
-LABELS = {"drain": (("drain", "jobs/s"), ("worker CPU per job", "µs")),
-          "enqueue": (("single enqueue", "calls/s"), ("CPU per enqueue", "µs"))}  # fmt: skip
+#: How each measure's figures read, with their unit and the scale shown: the rate, the
+#: CPU (user and system) and the part of it in the kernel (system calls, I/O).
+LABELS = {
+    "drain": (("drain", "jobs/s", 1.0), ("worker CPU per job", "µs", 1e6),
+              ("  of which in the kernel", "µs", 1e6)),
+    "enqueue": (("single enqueue", "calls/s", 1.0), ("CPU per enqueue", "µs", 1e6),
+                ("  of which in the kernel", "µs", 1e6)),
+}  # fmt: skip
+#: A measurement: the rate, then CPU seconds per job (or call), of which in the kernel.
+Figure = tuple[float, float, float]
 STOP_WITHIN = 30.0
 
 
@@ -106,8 +114,8 @@ class Run:
 # -- the measures --------------------------------------------------------------
 
 
-def drain(run: Run, side: Side, url: str) -> tuple[float, float]:
-    """(jobs/s, worker CPU seconds per job) of one worker draining ``run.jobs``."""
+def drain(run: Run, side: Side, url: str) -> Figure:
+    """Jobs/s, and the worker's CPU seconds per job, of one worker draining ``run.jobs``."""
     _side_command(run, side, url, "fill", run.jobs, pinned=False)
     ticks = runs.ticks_file(run.workdir)
     log = ticks.with_name("worker.log")
@@ -121,23 +129,25 @@ def drain(run: Run, side: Side, url: str) -> tuple[float, float]:
                                 stderr=stderr, preexec_fn=run.pinned())  # fmt: skip
     try:
         runs.wait_ticks(ticks, 1, proc)
-        cpu_at_first = _cpu_seconds(proc.pid)
+        user_at_first, system_at_first = _cpu_seconds(proc.pid)
         runs.wait_ticks(ticks, run.jobs, proc)
     except BaseException:
         _stop(proc)
         sys.stderr.write(log.read_text(errors="replace")[-3000:])
         raise
-    cpu = _stop(proc) - cpu_at_first
+    user, system = _stop(proc)
+    user, system = user - user_at_first, system - system_at_first
     stamps = runs.read_ticks(ticks)
     shutil.rmtree(ticks.parent, ignore_errors=True)
-    return (run.jobs - 1) / (max(stamps) - min(stamps)), cpu / run.jobs
+    rate = (run.jobs - 1) / (max(stamps) - min(stamps))
+    return rate, (user + system) / run.jobs, system / run.jobs
 
 
-def enqueue(run: Run, side: Side, url: str) -> tuple[float, float]:
-    """(calls/s, CPU seconds per call) of ``run.enqueues`` single enqueues."""
+def enqueue(run: Run, side: Side, url: str) -> Figure:
+    """Calls/s, and CPU seconds per call, of ``run.enqueues`` single enqueues."""
     said = _side_command(run, side, url, "enqueue", run.enqueues, pinned=True)
-    rate, cpu = said.split()
-    return float(rate), float(cpu)
+    rate, cpu, system = said.split()
+    return float(rate), float(cpu), float(system)
 
 
 def _side_command(run: Run, side: Side, url: str, command: str, count: int, *, pinned: bool) -> str:
@@ -152,28 +162,31 @@ def _side_command(run: Run, side: Side, url: str, command: str, count: int, *, p
     return done.stdout
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The CPU a live process has used so far (user and system), from /proc; 0 elsewhere."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """The CPU seconds a live process has used so far, user and system, from /proc;
+    nothing elsewhere."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     user, system = stat.rpartition(")")[2].split()[11:13]
-    return (int(user) + int(system)) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(user) / tick, int(system) / tick
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> float:
+def _stop(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
     """SIGTERM, wait for the exit (SIGKILL after STOP_WITHIN s); the CPU seconds the
-    process used, from its rusage (0 if it had already ended and been waited for)."""
+    process used, user and system, from its rusage (none if it had already ended
+    and been waited for)."""
     if proc.returncode is not None:
-        return 0.0
+        return 0.0, 0.0
     os.kill(proc.pid, signal.SIGTERM)
     kill_at = time.monotonic() + STOP_WITHIN
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
-            return usage.ru_utime + usage.ru_stime
+            return usage.ru_utime, usage.ru_stime
         if time.monotonic() > kill_at:
             os.kill(proc.pid, signal.SIGKILL)
             kill_at = float("inf")
@@ -255,7 +268,7 @@ def databases(
 
 # -- the run ------------------------------------------------------------------
 
-Figures = dict[tuple[str, str], dict[str, list[tuple[float, float]]]]
+Figures = dict[tuple[str, str], dict[str, list[Figure]]]
 
 
 def measure(run: Run, sides: list[Side], settings: list[str], measures: list[str],
@@ -288,9 +301,7 @@ def report(figures: Figures, sides: list[Side], heading: str) -> None:
         if setting != shown:
             print(SETTINGS[setting])
             shown = setting
-        (rate_label, rate_unit), (cpu_label, cpu_unit) = LABELS[name]
-        for index, label, unit, scale in ((0, rate_label, rate_unit, 1.0),
-                                          (1, cpu_label, cpu_unit, 1e6)):  # fmt: skip
+        for index, (label, unit, scale) in enumerate(LABELS[name]):
             a, b = (statistics.median(v[index] for v in by_side[s.name]) * scale for s in sides)
             print(f"  {label + ', ' + unit:32}{a:>16,.1f}{b:>16,.1f}{b / a:>12.3f}x")
 

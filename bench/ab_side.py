@@ -8,7 +8,7 @@ tree, so that ``import ferryq`` finds that side's code and nothing else of bench
     FERRYQ_URL=URL python ab_side.py fill N      fill the queue with N no-op jobs
     FERRYQ_URL=URL python ab_side.py enqueue N   N single enqueues, one job a call, as
                                                  web apps enqueue; prints "calls/s
-                                                 CPU-seconds-per-call"
+                                                 CPU-seconds-per-call of-which-system"
 
 and, as ``ab_side:app``, the app of the side's ``ferryq worker``. Its task appends
 its start time to the file named by BENCH_TICKS, as bench/ferryq_tasks.py does, so
@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import resource
 import sys
 import time
 
@@ -62,19 +63,21 @@ def fill(count: int) -> None:
     asyncio.run(batches())
 
 
-def enqueue(count: int) -> tuple[float, float]:
-    """``count`` single enqueues from sync code: (calls/s, CPU seconds a call), the CPU
-    of the whole process (the App's own threads included)."""
+def enqueue(count: int) -> tuple[float, float, float]:
+    """``count`` single enqueues from sync code: calls/s, and CPU seconds a call, all
+    of it and that in the kernel, of the whole process (the App's threads included)."""
     try:
         for _ in range(WARM_UP):
             tick.enqueue()
-        cpu, began = time.process_time(), time.perf_counter()
+        before, began = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         for _ in range(count):
             tick.enqueue()
-        elapsed, used = time.perf_counter() - began, time.process_time() - cpu
+        elapsed, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_SELF)
     finally:
         app.close()
-    return count / elapsed, used / count
+    system = after.ru_stime - before.ru_stime
+    used = after.ru_utime - before.ru_utime + system
+    return count / elapsed, used / count, system / count
 
 
 def main(argv: list[str]) -> None:
@@ -82,8 +85,8 @@ def main(argv: list[str]) -> None:
     if command == "fill":
         fill(count)
     elif command == "enqueue":
-        rate, cpu = enqueue(count)
-        print(f"{rate} {cpu}")
+        rate, cpu, system = enqueue(count)
+        print(f"{rate} {cpu} {system}")
     else:
         sys.exit(f"ab_side: unknown command {command!r}")
 
