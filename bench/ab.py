@@ -15,7 +15,9 @@ odd rounds and the working tree first in even ones. The measures:
   from the tasks' own start times, as bench/ferryq_runs.py measures. Beside it, the
   worker's CPU seconds per job: its rusage at exit less its CPU when the first job
   started (start-up left out), less disturbed than the wall clock on a shared
-  machine, and the part of it spent in the kernel (system calls, I/O).
+  machine, and the part of it spent in the kernel (system calls, I/O); on the
+  throwaway PostgreSQL, the server's CPU per job too (its processes', from /proc),
+  where a drain whose worker is no busier can still be slower.
 - enqueue: ``--enqueues`` calls of ``task.enqueue()``, one job each, from one sync
   process, as web apps enqueue; beside it, that process's CPU per call.
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import os
 import pathlib
 import shlex
@@ -67,15 +70,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS = {"pg": "PostgreSQL durable", "normal": "SQLite NORMAL", "full": "SQLite FULL"}
 MEASURES = ("drain", "enqueue")
 #: How each measure's figures read, with their unit and the scale shown: the rate, the
-#: CPU (user and system) and the part of it in the kernel (system calls, I/O).
+#: CPU (user and system) and the part of it in the kernel (system calls, I/O), and the
+#: database server's CPU (PostgreSQL's processes: not there for SQLite).
 LABELS = {
     "drain": (("drain", "jobs/s", 1.0), ("worker CPU per job", "µs", 1e6),
-              ("  of which in the kernel", "µs", 1e6)),
+              ("  of which in the kernel", "µs", 1e6), ("PostgreSQL's CPU per job", "µs", 1e6)),
     "enqueue": (("single enqueue", "calls/s", 1.0), ("CPU per enqueue", "µs", 1e6),
-                ("  of which in the kernel", "µs", 1e6)),
+                ("  of which in the kernel", "µs", 1e6), ("", "", 1.0)),
 }  # fmt: skip
-#: A measurement: the rate, then CPU seconds per job (or call), of which in the kernel.
-Figure = tuple[float, float, float]
+#: A measurement: the rate, then CPU seconds per job (or call), of which in the kernel,
+#: and the database server's per job (NaN when not measured).
+Figure = tuple[float, float, float, float]
+#: The CPU seconds a database server has used so far, when it can be read.
+ServerCpu = Callable[[], float] | None
 STOP_WITHIN = 30.0
 
 
@@ -114,8 +121,9 @@ class Run:
 # -- the measures --------------------------------------------------------------
 
 
-def drain(run: Run, side: Side, url: str) -> Figure:
-    """Jobs/s, and the worker's CPU seconds per job, of one worker draining ``run.jobs``."""
+def drain(run: Run, side: Side, url: str, server: ServerCpu) -> Figure:
+    """Jobs/s, and the worker's CPU seconds per job (and the server's), of one worker
+    draining ``run.jobs``."""
     _side_command(run, side, url, "fill", run.jobs, pinned=False)
     ticks = runs.ticks_file(run.workdir)
     log = ticks.with_name("worker.log")
@@ -130,7 +138,9 @@ def drain(run: Run, side: Side, url: str) -> Figure:
     try:
         runs.wait_ticks(ticks, 1, proc)
         user_at_first, system_at_first = _cpu_seconds(proc.pid)
+        server_at_first = server() if server is not None else math.nan
         runs.wait_ticks(ticks, run.jobs, proc)
+        served = (server() if server is not None else math.nan) - server_at_first
     except BaseException:
         _stop(proc)
         sys.stderr.write(log.read_text(errors="replace")[-3000:])
@@ -140,14 +150,14 @@ def drain(run: Run, side: Side, url: str) -> Figure:
     stamps = runs.read_ticks(ticks)
     shutil.rmtree(ticks.parent, ignore_errors=True)
     rate = (run.jobs - 1) / (max(stamps) - min(stamps))
-    return rate, (user + system) / run.jobs, system / run.jobs
+    return rate, (user + system) / run.jobs, system / run.jobs, served / run.jobs
 
 
-def enqueue(run: Run, side: Side, url: str) -> Figure:
+def enqueue(run: Run, side: Side, url: str, server: ServerCpu) -> Figure:
     """Calls/s, and CPU seconds per call, of ``run.enqueues`` single enqueues."""
     said = _side_command(run, side, url, "enqueue", run.enqueues, pinned=True)
     rate, cpu, system = said.split()
-    return float(rate), float(cpu), float(system)
+    return float(rate), float(cpu), float(system), math.nan
 
 
 def _side_command(run: Run, side: Side, url: str, command: str, count: int, *, pinned: bool) -> str:
@@ -225,44 +235,68 @@ def describe(ref: str) -> str:
             f"{git('rev-parse', '--short', 'HEAD')}{dirty}")  # fmt: skip
 
 
-def pin_server(pg: PgCluster, core: int) -> None:
-    """The postmaster and every process it has started, on ``core``; the backends it
-    starts later inherit that."""
+def postmaster(pg: PgCluster) -> int | None:
+    """The process id of the throwaway cluster's postmaster; None for a server of yours."""
     if not isinstance(pg, LocalCluster):
+        return None
+    return int((pg.data / "postmaster.pid").read_text().split()[0])
+
+
+def pin_server(pid: int | None, core: int) -> None:
+    """The postmaster ``pid`` and every process it has started, on ``core``; the
+    backends it starts later inherit that."""
+    if pid is None:
         raise SystemExit("--pin needs the throwaway cluster: unset FERRYQ_BENCH_PG_URL")
-    postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
-    children = [
-        int(entry.name) for entry in pathlib.Path("/proc").iterdir()
-        if entry.name.isdigit() and _parent(entry) == postmaster
-    ]  # fmt: skip
-    for pid in (postmaster, *children):
-        subprocess.run(["taskset", "-a", "-cp", str(core), str(pid)], check=True,
+    for process in (pid, *(child for child, _ in _children(pid))):
+        subprocess.run(["taskset", "-a", "-cp", str(core), str(process)], check=True,
                        stdout=subprocess.DEVNULL)  # fmt: skip
 
 
-def _parent(proc_entry: pathlib.Path) -> int | None:
+def server_cpu(pid: int) -> float:
+    """The CPU seconds the postmaster ``pid`` and its processes have used: its own, its
+    children's that have ended (waited for), and those of the ones still running."""
+    fields = _stat(pathlib.Path(f"/proc/{pid}"))
+    own = sum(int(value) for value in fields[11:15]) if fields else 0
+    return (own + sum(ticks for _, ticks in _children(pid))) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[tuple[int, int]]:
+    """The processes ``pid`` started that still run, with their CPU ticks."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(entry)) and fields[1] == str(pid):
+            found.append((int(entry.name), int(fields[11]) + int(fields[12])))
+    return found
+
+
+def _stat(process: pathlib.Path) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first); none if
+    the process is gone."""
     try:
-        return int((proc_entry / "stat").read_text().rpartition(")")[2].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+        return (process / "stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return []
 
 
 @contextlib.contextmanager
 def databases(
     settings: list[str], workdir: pathlib.Path, core: int | None
-) -> Iterator[dict[str, Databases]]:
-    """A maker of fresh, empty databases for each setting."""
-    found: dict[str, Databases] = {}
+) -> Iterator[dict[str, tuple[Databases, ServerCpu]]]:
+    """For each setting, a maker of fresh, empty databases, and the CPU its server has
+    used so far, if it can be read."""
+    found: dict[str, tuple[Databases, ServerCpu]] = {}
     with contextlib.ExitStack() as stack:
         for setting in settings:
             if setting == "pg":
                 pg = stack.enter_context(cluster())
+                pid = postmaster(pg)
                 if core is not None:
-                    pin_server(pg, core)
-                found[setting] = functools.partial(fresh_database, pg, migrated=False)
+                    pin_server(pid, core)
+                server = None if pid is None else functools.partial(server_cpu, pid)
+                found[setting] = functools.partial(fresh_database, pg, migrated=False), server
             else:
                 query = "?synchronous=full" if setting == "full" else ""
-                found[setting] = sqlite_databases(workdir, query)
+                found[setting] = sqlite_databases(workdir, query), None
         yield found
 
 
@@ -281,9 +315,10 @@ def measure(run: Run, sides: list[Side], settings: list[str], measures: list[str
             said: list[str] = []
             for setting in settings:
                 for name in measures:
+                    new_database, server = fresh[setting]
                     for side in order:
-                        with fresh[setting]() as url:
-                            value = MEASURE_FUNCTIONS[name](run, side, url)
+                        with new_database() as url:
+                            value = MEASURE_FUNCTIONS[name](run, side, url, server)
                         figures[setting, name][side.name].append(value)
                     ref, working = (figures[setting, name][s.name][-1][0] for s in sides)
                     said.append(f"{SETTINGS[setting]} {name} {working / ref:.2f}x "
@@ -303,6 +338,8 @@ def report(figures: Figures, sides: list[Side], heading: str) -> None:
             shown = setting
         for index, (label, unit, scale) in enumerate(LABELS[name]):
             a, b = (statistics.median(v[index] for v in by_side[s.name]) * scale for s in sides)
+            if math.isnan(a) or math.isnan(b):
+                continue
             print(f"  {label + ', ' + unit:32}{a:>16,.1f}{b:>16,.1f}{b / a:>12.3f}x")
 
 
