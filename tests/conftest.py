@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 import ferryq
 from ferryq.store import Store, open_store
 from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
+from tests.processes import Processes
 
 BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0
@@ -103,6 +104,14 @@ def _collect_garbage() -> Iterator[None]:
     """Collect after each test, so a leaked connection fails the test that leaked it."""
     yield
     gc.collect()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """The processes a test starts (tests/processes.py): killed if still running at its end."""
+    group = Processes(tmp_path / "processes")
+    yield group
+    group.close()
 
 
 @pytest.fixture

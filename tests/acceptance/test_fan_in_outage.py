@@ -23,7 +23,7 @@ import ferryq
 from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.fan_in_app import MAX_TRIES, TTR, album, member
 from tests.pg import LocalCluster, PgCluster
-from tests.server.harness import wait_until
+from tests.processes import wait_until
 
 MEMBERS = 150
 LANES = 3
@@ -88,7 +88,7 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
             pytest.skip("needs the suite's own PostgreSQL, to stop and start it")
     members, callback_id, lane_jobs = _enqueue(workers.url)
     for _ in range(PROCESSES):
-        workers.start("--concurrency", "8", module="tests.acceptance.fan_in_app")
+        workers.worker("--concurrency", "8", module="tests.acceptance.fan_in_app")
     watching = ferryq.App(workers.url)
     try:
         wait_until(lambda: _succeeded(watching) >= 30, within=60, what="30 jobs run")
@@ -118,10 +118,8 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
         claimed[job.lane].append(job.claimed_at)
     for lane, times in claimed.items():
         assert most_in_any_window(times, 1.0) <= RATE, (lane, sorted(times))
-    assert all(proc.poll() is None for proc in workers.procs), "a worker died"
-    for proc in workers.procs:
-        proc.terminate()
-    logs = [workers.stderr_of(proc) for proc in workers.procs]
-    assert [proc.returncode for proc in workers.procs] == [0] * PROCESSES, logs
-    for log in logs:
-        assert "Traceback" not in log, log
+    for proc in workers.started:
+        assert proc.running(), f"a worker died: {proc.describe()}"
+    for proc in workers.started:
+        assert proc.stop() == 0, proc.describe()
+        assert "Traceback" not in proc.stderr(), proc.describe()

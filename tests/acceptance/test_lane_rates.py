@@ -56,7 +56,7 @@ async def test_lanes_start_no_more_than_their_rate_across_worker_processes(
         for number in range(LANES):
             await task.options(lane=f"api:{number}").enqueue_many_async([()] * JOBS)
         for _ in range(PROCESSES):
-            workers.start("--concurrency", "8", module="tests.acceptance.rate_app")
+            workers.worker("--concurrency", "8", module="tests.acceptance.rate_app")
         store = await app.store()
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while True:

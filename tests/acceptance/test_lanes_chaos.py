@@ -49,22 +49,20 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import ferryq
 from ferryq.job import Job
+from tests.acceptance.conftest import Workers
 from tests.acceptance.lanes_app import MAX_TRIES, TTR, lane_step
+from tests.processes import Process
 
-ROOT = Path(__file__).resolve().parents[2]
 LANES_1 = [f"l1:{n}" for n in range(150)]
 LANES_3 = [f"l3:{n}" for n in range(150)]
 LIMITS = {"l1:": 1, "l3:": 3}
@@ -94,39 +92,19 @@ class Attempt:
     outcome: str | None = None
 
 
-@dataclass
-class Fleet:
+class Fleet(Workers):
     """Worker processes of lanes_app on one database, with their kills recorded."""
 
-    url: str
-    log_dir: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    killed: dict[int, float] = field(default_factory=dict)  # pid -> time it was dead
+    def __init__(self, url: str, log_dir: Path) -> None:
+        super().__init__(url, log_dir)
+        self.killed: dict[int, float] = {}  # pid -> time it was dead
 
-    def start(self) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "FERRYQ_URL": self.url, "FERRYQ_TEST_LOG_DIR": str(self.log_dir),
-               "PYTHONPATH": str(ROOT)}  # fmt: skip
-        with open(self.log_dir / f"worker-{len(self.procs)}.stderr", "wb") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.acceptance.lanes_app", "--concurrency", str(SLOTS)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-            )  # fmt: skip
-        self.procs.append(proc)
-        return proc
+    def add(self) -> Process:
+        return self.worker("--concurrency", str(SLOTS), module="tests.acceptance.lanes_app")
 
-    def live(self) -> list[subprocess.Popen[bytes]]:
-        return [proc for proc in self.procs if proc.poll() is None]
-
-    def kill(self, victim: subprocess.Popen[bytes]) -> None:
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
+    def kill(self, victim: Process) -> None:
+        victim.kill()
         self.killed[victim.pid] = time.time()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
@@ -160,7 +138,7 @@ async def _run(app: ferryq.App, fleet: Fleet, rng: random.Random, seed: int) -> 
     await app.set_lane_limit_async("l1:*", 1)
     await app.set_lane_limit_async("l3:*", 3)
     for _ in range(PROCESSES):
-        fleet.start()
+        fleet.add()
     # Enqueue while the workers are already claiming: lanes interleaved, in ROUNDS.
     ids: set[int] = set()
     step = PER_LANE // ROUNDS
@@ -182,12 +160,9 @@ async def _run(app: ferryq.App, fleet: Fleet, rng: random.Random, seed: int) -> 
     counts = await _drain(app, fleet, rng, kill_at)
     drained = time.monotonic()
     assert sum(counts[s] for s in TERMINAL) == JOBS, f"seed {seed}: not all terminal: {counts}"
-    for proc in fleet.live():
-        proc.send_signal(signal.SIGTERM)
-    for proc in fleet.live():
-        proc.wait(timeout=60)
-    survivors = [p for p in fleet.procs if p.pid not in fleet.killed]
-    assert all(p.returncode == 0 for p in survivors), [p.returncode for p in survivors]
+    survivors = [proc for proc in fleet.started if proc.pid not in fleet.killed]
+    for proc in survivors:
+        assert proc.stop() == 0, proc.describe()
     assert len(fleet.killed) == KILLS
 
     jobs = await _all_jobs(app)
@@ -217,7 +192,7 @@ async def _drain(
         while pending and done >= pending[0] * JOBS:
             pending.pop(0)
             fleet.kill(rng.choice(fleet.live()))
-            fleet.start()
+            fleet.add()
         await store.wait_for_finish(0.1, 0.05)
 
 

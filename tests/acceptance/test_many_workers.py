@@ -14,18 +14,19 @@ JOBS = 20_000
 def test_four_processes_run_every_job_exactly_once(workers: Workers) -> None:
     app = ferryq.App(workers.url)
     # Enqueue while the first workers are already claiming, then let all drain.
-    early = [workers.start("--burst", "--concurrency", "50") for _ in range(2)]
+    early = [workers.worker("--burst", "--concurrency", "50") for _ in range(2)]
     handles = []
     for start in range(0, JOBS, 1000):
         batch = [(n,) for n in range(start, start + 1000)]
         handles += app.enqueue_many(record.name, batch)
-    late = [workers.start("--burst", "--concurrency", "50") for _ in range(2)]
-    logs = [workers.stderr_of(proc) for proc in early + late]
+    late = [workers.worker("--burst", "--concurrency", "50") for _ in range(2)]
+    for proc in early + late:
+        assert proc.wait() == 0, proc.describe()
     # An early burst worker may have found the queue empty and left; finish the rest.
-    leftover = workers.start("--burst")
-    logs.append(workers.stderr_of(leftover))
-    assert all(proc.returncode == 0 for proc in [*early, *late, leftover])
-    assert not any("locked" in log or "Traceback" in log for log in logs), logs
+    leftover = workers.worker("--burst")
+    assert leftover.wait() == 0, leftover.describe()
+    for proc in workers.started:
+        assert "locked" not in proc.stderr() and "Traceback" not in proc.stderr(), proc.describe()
 
     runs = Counter(int(line.split()[0]) for line in workers.log_lines())
     ids = {h.id for h in handles}

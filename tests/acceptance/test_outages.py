@@ -23,7 +23,7 @@ from ferryq.worker.runner import EXIT_STUCK
 from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.tasks import stuck, work, work_async
 from tests.pg import LocalCluster, PgCluster
-from tests.server.harness import wait_until
+from tests.processes import START_SECONDS, wait_until
 
 JOBS = 120
 LONG = 6
@@ -95,19 +95,18 @@ def enqueue(app: ferryq.App, outage: float) -> list[ferryq.JobHandle]:
 def start_workers(workers: Workers, count: int = WORKERS) -> None:
     """Workers with the default heartbeat and maintenance periods."""
     for _ in range(count):
-        workers.start("--concurrency", "4", "--defaults")
+        workers.worker("--concurrency", "4", "--defaults")
 
 
 def settle(workers: Workers, app: ferryq.App, handles: list[ferryq.JobHandle]) -> list[Run]:
     """Every job succeeds, every worker still runs and stops cleanly; the runs."""
     for handle in handles:
         assert handle.result(timeout=120) == "done"
-    assert all(proc.poll() is None for proc in workers.procs), "a worker died"
-    for proc in workers.procs:
-        proc.terminate()
-    logs = [workers.stderr_of(proc) for proc in workers.procs]
-    assert [proc.returncode for proc in workers.procs] == [0] * len(workers.procs), logs
-    for log in logs:
+    for proc in workers.started:
+        assert proc.running(), f"a worker died: {proc.describe()}"
+    for proc in workers.started:
+        assert proc.stop() == 0, proc.describe()
+        log = proc.stderr()
         assert "Traceback" not in log, log
         # Once per episode and duty (claims, heartbeat, completions, maintenance…),
         # not once per retry.
@@ -201,15 +200,15 @@ def test_a_worker_that_cannot_stop_an_attempt_exits_before_its_lease_passes(
 ) -> None:
     app = ferryq.App(workers.url)
     app.enqueue(stuck.name, [60], ttr=2, max_tries=1)
-    proc = workers.start("--defaults")
+    proc = workers.worker("--defaults")
     wait_until(lambda: any(line.startswith("started ") for line in workers.log_lines()),
-               within=30, what="the attempt started")  # fmt: skip
+               within=START_SECONDS, what="the attempt started")  # fmt: skip
     with write_lock(workers.url.removeprefix("sqlite:///")):
         cut_at = time.time()
         # Its handler sits in time.sleep(60), where no interruption reaches it: the
         # worker exits rather than let the lease pass while it still runs.
-        assert proc.wait(timeout=30) == EXIT_STUCK
+        assert proc.wait() == EXIT_STUCK, proc.describe()
         exited_at = time.time()
     assert exited_at < cut_at + 2, "the worker outlived the lease"
-    assert "did not stop when asked" in workers.stderr_of(proc)
+    assert "did not stop when asked" in proc.stderr()
     app.close()

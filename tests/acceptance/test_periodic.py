@@ -33,7 +33,7 @@ def sleep_until(moment: float) -> None:
 @pytest.mark.slow
 def test_three_workers_enqueue_one_job_per_tick_across_restarts(any_workers: Workers) -> None:
     app = ferryq.App(any_workers.url)
-    procs = [any_workers.start(module=MODULE) for _ in range(3)]
+    procs = [any_workers.worker(module=MODULE) for _ in range(3)]
     deadline = time.time() + 60
     while not ticks_of(app):  # the first leader's first tick
         assert time.time() < deadline, "no periodic job within a minute"
@@ -45,7 +45,7 @@ def test_three_workers_enqueue_one_job_per_tick_across_restarts(any_workers: Wor
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
         assert proc.wait(timeout=30) == 0
-    procs = [any_workers.start(module=MODULE) for _ in range(3)]
+    procs = [any_workers.worker(module=MODULE) for _ in range(3)]
     sleep_until(start + 20)
     procs[0].send_signal(signal.SIGKILL)  # the leader, perhaps
     sleep_until(end + 4)  # the last tick's job enqueued and run, a recovered one too

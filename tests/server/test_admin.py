@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.processes import wait_until
 from tests.server.harness import (
     LIMIT_MESSAGE,
     Lmstfy,
@@ -19,7 +20,6 @@ from tests.server.harness import (
     body_of,
     each,
     new_namespace,
-    wait_until,
 )
 
 

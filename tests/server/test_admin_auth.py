@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.processes import ROOT
 from tests.server.harness import (
-    ROOT,
     STOP_SECONDS,
     ServerProcess,
     each,

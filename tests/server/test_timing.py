@@ -17,14 +17,8 @@ from contextlib import ExitStack
 from urllib.parse import urlsplit
 
 import ferryq
-from tests.server.harness import (
-    HTTP_TIMEOUT,
-    Lmstfy,
-    assert_error,
-    assert_no_job,
-    b64,
-    wait_until,
-)
+from tests.processes import wait_until
+from tests.server.harness import HTTP_TIMEOUT, Lmstfy, assert_error, assert_no_job, b64
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
 LATE = 1.25  # "within about a second", plus the round trips

@@ -8,7 +8,8 @@ import subprocess
 import httpx
 
 from tests.commands import run_ferryq
-from tests.server.harness import ServerProcess, new_namespace, wait_until
+from tests.processes import wait_until
+from tests.server.harness import ServerProcess, new_namespace
 
 
 def ferryq(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
