@@ -2,11 +2,14 @@
 lane limited to 5 starts in any second (and to 5 running at once, so several of a
 lane's jobs are ready together and the workers compete for them).
 
-Proved: in no window of one second did a lane start more than 5 jobs, exactly, by the
-claim times the database recorded (the rule's clock); by the handlers' own timestamps,
-which come a little after their claims (a process and a thread away), no more than 5
-in any window shortened by the jitter allowed. Each lane starts in id order. And the
-rate is used: the jobs start at no less than 90% of the sum of the rates.
+Proved, by the claim times the database recorded (the rule's clock: docs/guarantees.md,
+Rates per lane): in no window of one second did a lane start more than 5 jobs, exactly,
+and every lane did start 5 in some window (the gate was met, not merely never reached).
+Each lane's jobs are claimed in id order (tests/acceptance/lane_order.py: from the
+claims the database records and the starts the handlers log, no clock slack).
+
+How fast the rate is used (starts a second against the sum of the rates) is a figure,
+not a promise: bench/rates.py measures it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 
 import ferryq
 from tests.acceptance.conftest import Workers
+from tests.acceptance.lane_order import assert_claimed_in_id_order
 from tests.acceptance.rate_app import call
 
 PROCESSES = 3
@@ -27,13 +31,6 @@ JOBS = 200  # per lane
 RATE = 5  # starts per PER seconds, per lane
 PER = 1.0
 LIMIT = 5
-#: How late a handler's own timestamp may come after its claim, as the bound on the
-#: handlers' timestamps allows: the window they are checked in is this much shorter.
-JITTER = 0.25
-#: A claim's time is taken before it waits for its turn at the database, so a claim
-#: made after another, in another process, may carry an earlier time: by this much at
-#: most, here (the lanes chaos test allows as much, for the same reason).
-SKEW = 0.5
 DRAIN_TIMEOUT = 120.0
 
 
@@ -70,32 +67,13 @@ async def test_lanes_start_no_more_than_their_rate_across_worker_processes(
     finally:
         await app.aclose()
     assert len(jobs) == LANES * JOBS and all(job.attempts == 1 for job in jobs)
-    claimed: dict[str, list[float]] = defaultdict(list)
-    order: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    started = {int(job_id): float(at) for _, job_id, _, at in map(str.split, workers.log_lines())}
+    assert len(started) == LANES * JOBS
+    lanes: dict[str, list[ferryq.Job]] = defaultdict(list)
     for job in jobs:
         assert job.lane is not None and job.claimed_at is not None
-        claimed[job.lane].append(job.claimed_at)
-        order[job.lane].append((job.claimed_at, job.id))
-    handled: dict[str, list[float]] = defaultdict(list)
-    for line in workers.log_lines():
-        _, _job_id, name, at = line.split()
-        handled[name].append(float(at))
-    assert sum(map(len, handled.values())) == LANES * JOBS
-    inverted = 0.0
-    for lane in claimed:
-        assert most_in_any_window(claimed[lane], PER) <= RATE, lane
-        assert most_in_any_window(handled[lane], PER - JITTER) <= RATE, lane
-        # Id order, as far as claim times across processes tell (see SKEW).
-        latest = 0.0
-        for claimed_at, _ in sorted(order[lane], key=lambda claim: claim[1]):
-            inverted = max(inverted, latest - claimed_at)
-            latest = max(latest, claimed_at)
-    assert inverted <= SKEW, f"a lane's job was claimed {inverted:.3f} s before one ahead of it"
-    # The rate is used: a lane's starts after its first window's, over the time they
-    # took, against the rate (the ideal span is (JOBS - RATE) / RATE * PER seconds).
-    achieved = sum((JOBS - RATE) / (max(times) - min(times)) for times in claimed.values())
-    print(
-        f"\n{LANES} lanes at {RATE}/{PER:g}s: {achieved:.1f} starts/s of "
-        f"{LANES * RATE / PER:g}; claim times inverted by {inverted * 1000:.1f} ms at most"
-    )
-    assert achieved >= 0.9 * LANES * RATE / PER
+        lanes[job.lane].append(job)
+    for lane, members in lanes.items():
+        claimed = [job.claimed_at for job in members if job.claimed_at is not None]
+        assert most_in_any_window(claimed, PER) == RATE, (lane, sorted(claimed))
+        assert_claimed_in_id_order(lane, members, started)
