@@ -4,7 +4,6 @@ real time: what an operator sees with ``--log-format json``."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import ferryq
@@ -13,8 +12,6 @@ from tests.acceptance.controls_app import app as tasks_app
 from tests.processes import START_SECONDS, Process, wait_until
 
 TARGET = "tests.acceptance.controls_app:app"
-#: A stopped attempt must end within its limit plus this (SPEC §19, issue 23).
-SLACK = 1.0
 
 
 def _worker(workers: Workers, *args: str, level: str = "info") -> Process:
@@ -60,8 +57,8 @@ def test_time_limits_and_the_attempt_log_in_a_real_worker(workers: Workers) -> N
             assert [(x["attempt"], x["outcome"], x["timed_out"]) for x in said] == [
                 (1, "retry", True), (2, "dead", True)
             ]  # fmt: skip
-            for line in said:
-                assert 1.0 <= line["duration"] < 1.0 + SLACK, line
+            for line in said:  # stopped at its limit, not before (how soon after: with
+                assert line["duration"] >= 1.0, line  # time injected, tests/integration)
                 assert line["error"].startswith("TimedOut: timed out")
                 assert line["task"] == f"tests.acceptance.controls_app.{name}"
                 assert line["max_tries"] == 2 and line["queue"] == "default"
@@ -83,13 +80,12 @@ def test_cancel_stops_a_sync_handler_that_never_looks(workers: Workers) -> None:
         worker = _worker(workers)
         wait_until(lambda: any(start[0] == "deaf" for start in _starts(workers)),
                    within=START_SECONDS, what="the handler started")  # fmt: skip
-        cancelled_at = time.monotonic()
         app.cancel(job_id)
+        # The handler never ends by itself: only the worker's interruption, at the
+        # heartbeat that brings it the cancel, ends the attempt (how soon, with time
+        # injected: tests/integration/test_controls.py).
         wait_until(lambda: app.get_job(job_id).state == "cancelled", within=START_SECONDS,
                    what="the job cancelled")  # fmt: skip
-        # The worker hears of the cancel at its next heartbeat (every second), then
-        # interrupts the handler's thread at once.
-        assert time.monotonic() - cancelled_at < 1.0 + SLACK
         assert worker.stop() == 0, worker.describe()
     finally:
         app.close()
