@@ -22,9 +22,9 @@ ready together), drained by ``--binding-processes`` worker processes competing f
 them: the starts a second of each lane after its first window, from the claim times
 the database recorded, summed, against the sum of the rates (``--binding-jobs 0``
 leaves it out). How exactly a binding rate is kept, across worker processes, is the
-acceptance test's (tests/acceptance/test_lane_rates.py). SQLite runs at ferryq's
-default (NORMAL) and at FULL; PostgreSQL comes from FERRYQ_BENCH_PG_URL or a throwaway
-cluster made durable (bench/pg_cluster.py).
+acceptance test's (tests/acceptance/test_lane_rates_across_processes.py). SQLite runs
+at ferryq's default (NORMAL) and at FULL; PostgreSQL comes from FERRYQ_BENCH_PG_URL or a
+throwaway cluster made durable (bench/pg_cluster.py).
 """
 
 from __future__ import annotations
