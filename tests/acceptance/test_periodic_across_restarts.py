@@ -5,15 +5,19 @@ whole deploy (every worker stopped, three new ones started) and a SIGKILL of the
 periodic leader. Each step waits for what the last one did (ticks enqueued, a leader's
 log line), not for a guessed while: the window runs from the first whole tick to
 TICKS_AFTER ticks past the kill, about a dozen ticks, and every tick in it must have
-exactly one job that ran (docs/guarantees.md, Periodic jobs). The dozen ticks hold
-what thirty did: the restart's gap and the kill's hand-over (a leader that may have
-enqueued a tick it did not record, which the next one enqueues again and the key
-catches) each happen once, whatever the length of the window around them.
+exactly one job that ran (docs/guarantees.md, Periodic jobs), but for ticks a leader
+logged as missed and skipped: a tick more than 10 s old when a leader reaches it is
+not run, by design, and a machine busy enough can take that long to start the new
+deploy. The dozen ticks hold what thirty did: the restart's gap and the kill's
+hand-over (a leader that may have enqueued a tick it did not record, which the next
+one enqueues again and the key catches) each happen once, whatever the length of the
+window around them.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import signal
 import time
 from collections import Counter
@@ -28,6 +32,7 @@ MODULE = "tests.acceptance.periodic_app"
 TASK = "every_second"
 TICKS_BEFORE = 3  # whole ticks run by the first workers before the deploy restarts
 TICKS_AFTER = 3  # whole ticks past the kill, run by the next leader
+SKIPPED = re.compile(rf"periodic task \S*{TASK}: (\d+) missed tick\(s\) skipped")
 
 
 def ticks_of(app: ferryq.App) -> list[float]:
@@ -75,9 +80,9 @@ def test_three_workers_enqueue_one_job_per_tick_across_restarts(any_workers: Wor
                  if start <= job.meta["periodic"]["tick"] < end]  # fmt: skip
     ticks = Counter(job.meta["periodic"]["tick"] for job in in_window)
     assert [t for t, n in ticks.items() if n > 1] == [], "ticks enqueued twice"
-    assert sorted(ticks) == list(range(start, end)), (
-        f"missed: {set(range(start, end)) - set(ticks)}"
-    )
+    missing = sorted(set(range(start, end)) - set(ticks))
+    skipped = sum(int(n) for w in any_workers.started for n in SKIPPED.findall(w.stderr()))
+    assert len(missing) <= skipped, f"ticks without a job, none logged as skipped: {missing}"
     wait_until(lambda: all(app.get_job(job.id).state == "succeeded" for job in in_window),
                within=START_SECONDS, what="every tick's job run")  # fmt: skip
     app.close()
