@@ -5,8 +5,9 @@ parameter here, not rewriting tests. ``pg_cluster``, ``pg_url`` and ``pg_empty_u
 (tests/pg.py) give tests a throwaway PostgreSQL and a fresh database on it, migrated or
 empty.
 
-Hypothesis runs under one of two profiles: ``full`` (the default, and ``make test``) and
-``check`` (``make check``, the quick tier: a fifth of the examples). Neither has a
+Hypothesis runs under one of three profiles (``HYPOTHESIS_PROFILE``): ``full`` (the
+default, and ``make test``), ``check`` (``make check``, the quick tier: a fifth of the
+examples) and ``thorough`` (ten times the default: a long search, by hand). None has a
 deadline: a busy machine makes any example slow now and then. A test that asks for its
 own number of examples scales it with ``examples()``.
 """
@@ -32,6 +33,7 @@ START = 1_800_000_000.0
 FULL_EXAMPLES = 100  # hypothesis's own default
 settings.register_profile("full", max_examples=FULL_EXAMPLES, deadline=None)
 settings.register_profile("check", max_examples=FULL_EXAMPLES // 5, deadline=None)
+settings.register_profile("thorough", max_examples=FULL_EXAMPLES * 10, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
 
 
