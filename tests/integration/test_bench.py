@@ -32,7 +32,7 @@ def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
 
 def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
     options = ["--rounds", "1", "--jobs", "200", "--lanes", "20", "--backlog", "1000",
-               "--samples", "5"]  # fmt: skip
+               "--samples", "5", "--singles", "20", "--batches", "3"]  # fmt: skip
     output = run_bench("lanes", options, pg_cluster)
     for backend in ("sqlite", "postgres"):
         section = output.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
