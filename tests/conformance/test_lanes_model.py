@@ -396,8 +396,11 @@ class QueuesLaneMachine(LaneMachine):
     claims = (("q1",), ("q2",), ("q1", "q2"))
 
 
+# Examples on (SQLite, PostgreSQL), the same every run (derandomized). On PostgreSQL
+# 30 and 15 still drive every path checked below (60 and 30 took 50 s with a core
+# busy). Not scaled by the profile: fewer might miss a path.
 @pytest.mark.parametrize(
-    ("machine", "examples"), [(LaneMachine, (200, 60)), (QueuesLaneMachine, (100, 30))]
+    ("machine", "examples"), [(LaneMachine, (200, 30)), (QueuesLaneMachine, (100, 15))]
 )
 def test_lanes_follow_the_reference_model(
     backend: ModelBackend, paths: Paths, machine: type[LaneMachine], examples: tuple[int, int]
