@@ -347,7 +347,7 @@ class Lmstfy:
             consumed = self.consume_ok(queue, ttr=1)
             assert consumed["job_id"] == job_id and consumed["remain_tries"] == 0
             ids.append(job_id)
-        wait_until(lambda: self.dead_size(queue) == count, within=5, what="jobs in dead letter")
+        wait_until(lambda: self.dead_size(queue) == count, within=30, what="jobs in dead letter")
         return ids
 
 
