@@ -165,10 +165,12 @@ class Processes:
         stdin: bool = False,
         clean_env: Sequence[str] = (),
     ) -> Process:
-        """``argv`` as a process; ``clean_env`` names variables to leave out."""
-        environ = {**os.environ, "PYTHONPATH": str(ROOT), **self.env, **(env or {})}
+        """``argv`` as a process; ``clean_env`` names variables of the run's environment
+        to leave out (``env`` may still set them)."""
+        environ = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         for variable in clean_env:
             environ.pop(variable, None)
+        environ.update(env or {})
         process = Process(argv, self.log_dir, name or f"process-{len(self.started)}",
                           env=environ, cwd=cwd, stdin=stdin)  # fmt: skip
         self.started.append(process)
