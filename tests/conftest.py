@@ -113,9 +113,13 @@ def _encodable(text: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _collect_garbage() -> Iterator[None]:
-    """Collect after each test, so a leaked connection fails the test that leaked it."""
+    """Collect after each test, so a leaked connection fails the test that leaked it;
+    then freeze what is left (still referenced: caches, module state), so that the next
+    test's collection looks at its own objects only, not at every survivor of the suite
+    so far (0.15 s a test by the end of a run)."""
     yield
     gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
