@@ -12,10 +12,10 @@ measurement on a fresh database, each figure the median of ``--rounds`` runs:
   lanes (target: at least 0.8x);
 - pickup: enqueue → task start (p50, p99) of a job in an idle lane while another lane
   holds ``--backlog`` waiting jobs, against the same idle lane on an empty system
-  (target: under 2x). The backlog lane's head is delayed by a day: per SPEC §6 a
-  delayed head holds its lane until due, so the whole backlog is honestly ``waiting``
-  in the worker's own queue, and the run checks it still is afterwards. Pickup without
-  any lane on an empty system is shown for reference;
+  (target: under 2x). The backlog lane's head is delayed by a day: a delayed head
+  holds its lane until due (docs/guarantees.md, Lanes), so the whole backlog is
+  honestly ``waiting`` in the worker's own queue, and the run checks it still is
+  afterwards. Pickup without any lane on an empty system is shown for reference;
 - enqueue: ``--singles`` single jobs and ``--batches`` batches of 100 into the lane
   already holding the backlog,
   against an empty lane of an empty database (target: within 20%, i.e. at least

@@ -1,7 +1,7 @@
-"""Tracing with OpenTelemetry (``ferryq.otel``, SPEC §19): a span around every enqueue
-and attempt, the trace context carried in the job within a process, from one process to
-another, and from an HTTP request's ``traceparent`` header through a real server; and a
-broken tracer that loses no job."""
+"""Tracing with OpenTelemetry (``ferryq.otel``, docs/operations.md, Tracing): a span
+around every enqueue and attempt, the trace context carried in the job within a
+process, from one process to another, and from an HTTP request's ``traceparent`` header
+through a real server; and a broken tracer that loses no job."""
 
 from __future__ import annotations
 

@@ -33,8 +33,8 @@ def descriptions(admin: httpx.Client, namespace: str) -> list[str]:
     """The descriptions of the namespace's tokens, sorted.
 
     The listing is ``{"tokens": {key: description}}``. Tokens are stored hashed
-    (SPEC 16), so a key cannot always be the token itself; only the descriptions and
-    their number are compared.
+    (docs/http-api.md, Tokens), so a key cannot always be the token itself; only the
+    descriptions and their number are compared.
     """
     listed = admin.get(f"/token/{namespace}")
     assert listed.status_code == 200, listed.text
