@@ -1,7 +1,8 @@
 """Lanes: what ordering costs, on SQLite and on PostgreSQL.
 
     python -m bench.lanes [--backend sqlite|postgres|both] [--rounds N] [--jobs N]
-                          [--lanes N] [--backlog N] [--samples N]
+                          [--lanes N] [--backlog N] [--samples N] [--singles N]
+                          [--batches N]
 
 Three comparisons, each against the same thing without the lane condition, every
 measurement on a fresh database, each figure the median of ``--rounds`` runs:
@@ -11,11 +12,12 @@ measurement on a fresh database, each figure the median of ``--rounds`` runs:
   lanes (target: at least 0.8x);
 - pickup: enqueue → task start (p50, p99) of a job in an idle lane while another lane
   holds ``--backlog`` waiting jobs, against the same idle lane on an empty system
-  (target: under 2x). The backlog lane's head is delayed by a day: a
-  delayed head holds its lane until due, so the whole backlog is honestly ``waiting``
-  in the worker's own queue, and the run checks it still is afterwards. Pickup without
-  any lane on an empty system is shown for reference;
-- enqueue: single jobs and batches of 100 into the lane already holding the backlog,
+  (target: under 2x). The backlog lane's head is delayed by a day: a delayed head
+  holds its lane until due (docs/guarantees.md, Lanes), so the whole backlog is
+  honestly ``waiting`` in the worker's own queue, and the run checks it still is
+  afterwards. Pickup without any lane on an empty system is shown for reference;
+- enqueue: ``--singles`` single jobs and ``--batches`` batches of 100 into the lane
+  already holding the backlog,
   against an empty lane of an empty database (target: within 20%, i.e. at least
   0.8x). An empty lane beside the backlog is shown for reference: it separates the
   lane's length from the table's size.
@@ -78,7 +80,9 @@ def check_backlog(url: str, backlog: int) -> None:
         raise RuntimeError(f"backlog lane is not as filled: {lane}")
 
 
-def enqueue_rates(url: str, lane: str) -> tuple[float, float]:
+def enqueue_rates(
+    url: str, lane: str, singles: int = SINGLES, batches: int = BATCHES
+) -> tuple[float, float]:
     """(single jobs/s, jobs/s in batches of 100) into ``lane``."""
 
     async def measure() -> tuple[float, float]:
@@ -86,15 +90,15 @@ def enqueue_rates(url: str, lane: str) -> tuple[float, float]:
         await app.store()  # connecting is not enqueueing
         await app.enqueue_async(ferryq_tasks.tick.name, lane=lane)  # nor is a first statement
         started = time.perf_counter()
-        for _ in range(SINGLES):
+        for _ in range(singles):
             await app.enqueue_async(ferryq_tasks.tick.name, lane=lane)
-        singles = SINGLES / (time.perf_counter() - started)
+        single_rate = singles / (time.perf_counter() - started)
         started = time.perf_counter()
-        for _ in range(BATCHES):
+        for _ in range(batches):
             await app.enqueue_many_async(ferryq_tasks.tick.name, [[]] * 100, lane=lane)
-        batched = BATCHES * 100 / (time.perf_counter() - started)
+        batched = batches * 100 / (time.perf_counter() - started)
         await app.aclose()
-        return singles, batched
+        return single_rate, batched
 
     return asyncio.run(measure())
 
@@ -104,6 +108,7 @@ def one_round(
 ) -> dict[str, float]:
     found: dict[str, float] = {}
     samples = options.samples
+    sizes = (options.singles, options.batches)
     with databases() as url:
         found["drain"] = runs.drain(url, options.jobs, workdir)
     with databases() as url:
@@ -113,7 +118,7 @@ def one_round(
     with databases() as url:
         found["p50"], found["p99"] = runs.pickup(url, samples, workdir, lane=IDLE_LANE)
     with databases() as url:
-        found["enqueue_1"], found["enqueue_100"] = enqueue_rates(url, "empty")
+        found["enqueue_1"], found["enqueue_100"] = enqueue_rates(url, "empty", *sizes)
     with databases() as url:
         started = time.perf_counter()
         fill_backlog(url, options.backlog)
@@ -122,8 +127,12 @@ def one_round(
             url, samples, workdir, lane=IDLE_LANE
         )
         check_backlog(url, options.backlog)  # the worker left the backlog alone
-        found["enqueue_1_backlog"], found["enqueue_100_backlog"] = enqueue_rates(url, BACKLOG_LANE)
-        found["enqueue_1_beside"], found["enqueue_100_beside"] = enqueue_rates(url, "beside")
+        found["enqueue_1_backlog"], found["enqueue_100_backlog"] = enqueue_rates(
+            url, BACKLOG_LANE, *sizes
+        )
+        found["enqueue_1_beside"], found["enqueue_100_beside"] = enqueue_rates(
+            url, "beside", *sizes
+        )
     return found
 
 
@@ -160,8 +169,8 @@ def report(backend: str, figures: dict[str, list[float]], options: argparse.Name
           f"  pickup ({options.samples} samples): an idle lane while lane "
           f"{BACKLOG_LANE!r} holds {options.backlog:,} waiting jobs (filled in "
           f"{m['fill_s']:.1f} s) vs the idle lane on an empty system.\n"
-          f"  enqueue ({SINGLES:,} singles, {BATCHES} batches of 100): into that lane "
-          f"vs into an empty lane of an empty database.")  # fmt: skip
+          f"  enqueue ({options.singles:,} singles, {options.batches} batches of 100): into "
+          f"that lane vs into an empty lane of an empty database.")  # fmt: skip
     print(f"{'(ratio = measured / baseline)':34}{'measured':>12}{'baseline':>12}{'ratio':>8}"
           "  target")  # fmt: skip
     for row in ROWS:
@@ -197,6 +206,8 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=10_000)
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--singles", type=int, default=SINGLES)
+    parser.add_argument("--batches", type=int, default=BATCHES)
     options = parser.parse_args()
     backends = ("sqlite", "postgres") if options.backend == "both" else (options.backend,)
     results: dict[str, dict[str, list[float]]] = {}

@@ -5,8 +5,9 @@ parameter here, not rewriting tests. ``pg_cluster``, ``pg_url`` and ``pg_empty_u
 (tests/pg.py) give tests a throwaway PostgreSQL and a fresh database on it, migrated or
 empty.
 
-Hypothesis runs under one of two profiles: ``full`` (the default, and ``make test``) and
-``check`` (``make check``, the quick tier: a fifth of the examples). Neither has a
+Hypothesis runs under one of three profiles (``HYPOTHESIS_PROFILE``): ``full`` (the
+default, and ``make test``), ``check`` (``make check``, the quick tier: a fifth of the
+examples) and ``thorough`` (ten times the default: a long search, by hand). None has a
 deadline: a busy machine makes any example slow now and then. A test that asks for its
 own number of examples scales it with ``examples()``.
 """
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, settings
 import ferryq
 from ferryq.store import Store, open_store
 from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
+from tests.processes import Processes
 
 BACKENDS = ["sqlite", "postgres"]
 START = 1_800_000_000.0
@@ -31,6 +33,7 @@ START = 1_800_000_000.0
 FULL_EXAMPLES = 100  # hypothesis's own default
 settings.register_profile("full", max_examples=FULL_EXAMPLES, deadline=None)
 settings.register_profile("check", max_examples=FULL_EXAMPLES // 5, deadline=None)
+settings.register_profile("thorough", max_examples=FULL_EXAMPLES * 10, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
 
 
@@ -41,10 +44,11 @@ def examples(full: int) -> int:
 
 def model_settings(backend_url: str) -> settings:
     """A model test's settings against a real store: the same examples every run
-    (derandomized), 60 on SQLite and 25 on PostgreSQL (each a fresh store's worth of
-    writes, slower there), as the profile scales them."""
+    (derandomized), 60 on SQLite and 12 on PostgreSQL (each a fresh store's worth of
+    writes, several times slower there: 25 took half a minute a test with a core busy;
+    the ``thorough`` profile runs 120), as the profile scales them."""
     return settings(
-        max_examples=examples(60 if backend_url.startswith("sqlite") else 25),
+        max_examples=examples(60 if backend_url.startswith("sqlite") else 12),
         deadline=None,
         database=None,
         derandomize=True,
@@ -76,6 +80,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made (every module imported, every test item): the
+    collection after each test (``_collect_garbage``) then looks only at objects made
+    since, a few milliseconds instead of a tenth of a second or more a test over the
+    whole heap, and a connection a test leaks is among them all the same."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Make a report's text encodable as UTF-8 before pytest-xdist sends it from a worker
@@ -100,9 +113,21 @@ def _encodable(text: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _collect_garbage() -> Iterator[None]:
-    """Collect after each test, so a leaked connection fails the test that leaked it."""
+    """Collect after each test, so a leaked connection fails the test that leaked it;
+    then freeze what is left (still referenced: caches, module state), so that the next
+    test's collection looks at its own objects only, not at every survivor of the suite
+    so far (0.15 s a test by the end of a run)."""
     yield
     gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """The processes a test starts (tests/processes.py): killed if still running at its end."""
+    group = Processes(tmp_path / "processes")
+    yield group
+    group.close()
 
 
 @pytest.fixture

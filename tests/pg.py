@@ -8,8 +8,10 @@ that server is used as it is instead, and cannot be restarted.
 ``pg_url`` (function) is a fresh database on that cluster for one test, dropped after
 it, already migrated: it is a copy (``CREATE DATABASE ... TEMPLATE``) of a template that
 ferryq's migrations built once per cluster and session, which is much cheaper than
-migrating every test's database. ``pg_empty_url`` is a fresh database with no schema at
-all, for tests of what happens before or during migrations.
+migrating every test's database. A copy still takes a quarter to half a second, so
+each one is made ahead, in a thread of its own while the test before runs (``_Spare``):
+the test finds its database ready. ``pg_empty_url`` is a fresh database with no schema
+at all, for tests of what happens before or during migrations.
 
 Under pytest-xdist every worker process is a session of its own: it starts its own
 cluster (or, with ``FERRYQ_TEST_PG_URL``, makes its own template database on the shared
@@ -440,6 +442,7 @@ def pg_cluster() -> Iterator[PgCluster]:
     try:
         yield cluster
     finally:
+        _drop_template(cluster)  # and the database made ahead: no copy left mid-way
         cluster.destroy()
 
 
@@ -450,23 +453,74 @@ _templates_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def fresh_database(cluster: PgCluster, *, migrated: bool = True) -> Iterator[str]:
+def fresh_database(
+    cluster: PgCluster, *, migrated: bool = True, made_ahead: bool = False
+) -> Iterator[str]:
     """A new database on ``cluster``, dropped on exit; yields its URL. ``migrated``: a
-    copy of the cluster's migrated template; otherwise empty (from template0)."""
+    copy of the cluster's migrated template; otherwise empty (from template0).
+    ``made_ahead`` (tests only, never a benchmark's: a copy in the background would
+    weigh on what it measures): the copy made while the test before ran, if there is
+    one, and the next one started now."""
     template = migrated_template(cluster) if migrated else "template0"
-    name = f"ferryq_t_{os.getpid()}_{next(_database_numbers)}"
-    with _admin(cluster.url) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
-            )
-        )
+    name = _spares.pop(cluster.url).take() if made_ahead and cluster.url in _spares else None
+    if name is None:
+        name = _new_database_name()
+        _create_database(cluster.url, name, template)
+    if made_ahead:
+        _spares[cluster.url] = _Spare(cluster.url, template)
     try:
         yield with_database(cluster.url, name)
     finally:
         if isinstance(cluster, LocalCluster) and not cluster.running:
             cluster.start()  # a test stopped it and did not start it again
         drop_database(cluster.url, name)
+
+
+def _new_database_name() -> str:
+    return f"ferryq_t_{os.getpid()}_{next(_database_numbers)}"
+
+
+def _create_database(url: str, name: str, template: str) -> None:
+    with _admin(url) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
+
+
+class _Spare:
+    """The next test's database, copied from ``template`` in a thread of its own. A copy
+    that fails (a test stopped or restarted the server meanwhile) is given up, and the
+    next test has its copy made when it asks."""
+
+    def __init__(self, url: str, template: str) -> None:
+        self.url = url
+        self.name = _new_database_name()
+        self.failed = False
+        self.thread = threading.Thread(target=self._make, args=(template,), daemon=True,
+                                       name="pg-spare")  # fmt: skip
+        self.thread.start()
+
+    def _make(self, template: str) -> None:
+        try:
+            _create_database(self.url, self.name, template)
+        except psycopg.Error:
+            self.failed = True
+
+    def take(self) -> str | None:
+        """The database's name once it is made; None if it could not be."""
+        self.thread.join()
+        return None if self.failed else self.name
+
+    def drop(self) -> None:
+        if self.take() is not None:
+            with contextlib.suppress(psycopg.Error):
+                drop_database(self.url, self.name)
+
+
+#: The database made ahead for the next test, by the cluster's URL.
+_spares: dict[str, _Spare] = {}
 
 
 def migrated_template(cluster: PgCluster) -> str:
@@ -520,6 +574,9 @@ def _migrate(url: str) -> None:
 
 
 def _drop_template(cluster: PgCluster) -> None:
+    spare = _spares.pop(cluster.url, None)
+    if spare is not None:
+        spare.drop()
     with _templates_lock:
         name = _templates.pop(cluster.url, None)
     if name is not None:
@@ -530,7 +587,7 @@ def _drop_template(cluster: PgCluster) -> None:
 @pytest.fixture
 def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
     """A new database for this test alone, migrated, dropped after it."""
-    with fresh_database(pg_cluster) as url:
+    with fresh_database(pg_cluster, made_ahead=True) as url:
         yield url
 
 

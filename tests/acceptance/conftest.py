@@ -1,63 +1,39 @@
+"""Worker processes for the acceptance tests, through the suite's one harness
+(tests/processes.py), and the ways tests and handlers signal to one another."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import Process, Processes, python
 
 
-class Workers:
-    """Real worker processes on one database; all are killed at the end of the test."""
+class Workers(Processes):
+    """Worker processes on one database (``FERRYQ_URL``); their handlers log to
+    ``log_dir`` (``FERRYQ_TEST_LOG_DIR``: tests/acceptance/worker_support.py), and all
+    are killed at the end of the test."""
 
     def __init__(self, url: str, log_dir: Path) -> None:
+        super().__init__(log_dir, env={"FERRYQ_URL": url, "FERRYQ_TEST_LOG_DIR": str(log_dir)})
         self.url = url
-        self.log_dir = log_dir
-        self.procs: list[subprocess.Popen[str]] = []
-        self.stderr_paths: dict[int, Path] = {}
 
-    def start(
-        self, *args: str, module: str = "tests.acceptance.worker_main"
-    ) -> subprocess.Popen[str]:
-        env = {**os.environ, "FERRYQ_URL": self.url, "FERRYQ_TEST_LOG_DIR": str(self.log_dir),
-               "PYTHONPATH": str(ROOT)}  # fmt: skip
-        # Logs go to a file: a pipe nobody reads would stall a chatty worker.
-        with open(self.log_dir / f"worker-{len(self.procs)}.stderr", "w") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
-            )  # fmt: skip
-        self.procs.append(proc)
-        self.stderr_paths[proc.pid] = Path(stderr.name)
-        return proc
-
-    def stderr_of(self, proc: subprocess.Popen[str]) -> str:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            log = self.stderr_paths[proc.pid].read_text()
-            raise AssertionError(f"still running 60 s on; it wrote:\n{log}") from None
-        return self.stderr_paths[proc.pid].read_text()
+    def worker(self, *args: str, module: str = "tests.acceptance.worker_main") -> Process:
+        """``python -m module args``: the tests' worker, unless ``module`` says another
+        (``ferryq`` for the command line's own)."""
+        return self.start(python(module, *args), name=f"worker-{len(self.started)}")
 
     def log_lines(self) -> list[str]:
+        """Every line the handlers logged so far, from every process."""
         return [
             line for path in self.log_dir.glob("*.log") for line in path.read_text().splitlines()
         ]
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Tasks for tests/acceptance/test_controls.py: time limits in a real worker process.
+"""Tasks for tests/acceptance/test_controls_in_a_worker_process.py: time limits in a
+real worker process.
 
 Each handler writes ``<name> <attempt> <monotonic start>`` to FERRYQ_TEST_LOG_DIR."""
 

@@ -8,7 +8,10 @@ work and an end line after it to ``$FERRYQ_TEST_LOG_DIR/<pid>.log``. Each line i
 cache) before the handler goes on, and SIGKILL can lose only lines never written:
 
     S <lane> <seq> <job_id> <attempt> <fence> <time.time()> <pid>
-    E <lane> <seq> <job_id> <attempt> <fence> <time.time()> <pid> ok|fail
+    E <lane> <seq> <job_id> <attempt> <fence> <time.time()> <pid> ok|fail|stopped
+
+``stopped``: the worker cancelled the attempt, as it does when it could not renew the
+lease in time (a busy machine) or stops with the attempt still running.
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ async def lane_step(
 ) -> int:
     head = f"{lane} {seq} {ctx.job_id} {ctx.attempt} {ctx.fence}"
     _log(f"S {head} {time.time():.6f} {os.getpid()}")
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _log(f"E {head} {time.time():.6f} {os.getpid()} stopped")
+        raise
     if fail_first and ctx.attempt == 1:
         _log(f"E {head} {time.time():.6f} {os.getpid()} fail")
         raise FirstAttemptFails(f"job {ctx.job_id} fails its first attempt on purpose")

@@ -7,6 +7,11 @@ A thread of its own starts COMMAND, with the parent-death signal the supervisor
 arranges, and prints the child's pid. At the first line on stdin that thread ends:
 the child passes to the main thread, and Linux sends it the signal. At the second line
 the process exits: the child passes to init and gets the signal again.
+
+It starts the child with its own ``subprocess.Popen``, not through tests/processes.py:
+the point is a child started from a thread of its own with the supervisor's
+parent-death signal, which the tests' harness (a test's child, not a grandchild) does
+not arrange. The child writes to this process's stdout and stderr, files of the harness.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The periodic acceptance test's App and worker process (test_periodic.py).
+"""The periodic acceptance test's App and worker process (test_periodic_across_restarts.py).
 
 python -m tests.acceptance.periodic_app
 

@@ -1,4 +1,5 @@
-"""The lane rate test's task and worker process (tests/acceptance/test_lane_rates.py).
+"""The lane rate test's task and worker process
+(tests/acceptance/test_lane_rates_across_processes.py).
 
 python -m tests.acceptance.rate_app [--concurrency N]
 

@@ -62,8 +62,11 @@ def _record_attempt(ctx: ferryq.Context, began: float, outcome: str) -> None:
 
 
 @app.task(ttr=3, max_tries=20, retry=ferryq.backoff.fixed(0))
-def work(ctx: ferryq.Context, seconds: float) -> str:
-    """A sync job of ``seconds`` that an interruption stops within ~10 ms."""
+def work(ctx: ferryq.Context, seconds: float, later: float | None = None) -> str:
+    """A sync job of ``seconds`` (``later`` on attempts after the first, if given) that
+    an interruption stops within ~10 ms."""
+    if later is not None and ctx.attempt > 1:
+        seconds = later
     began, outcome = time.time(), "interrupted"
     try:
         while time.time() < began + seconds:
@@ -75,8 +78,10 @@ def work(ctx: ferryq.Context, seconds: float) -> str:
 
 
 @app.task(ttr=3, max_tries=20, retry=ferryq.backoff.fixed(0))
-async def work_async(ctx: ferryq.Context, seconds: float) -> str:
+async def work_async(ctx: ferryq.Context, seconds: float, later: float | None = None) -> str:
     """The async twin of ``work``."""
+    if later is not None and ctx.attempt > 1:
+        seconds = later
     began, outcome = time.time(), "interrupted"
     try:
         await asyncio.sleep(seconds)

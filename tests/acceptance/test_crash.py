@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,7 +13,7 @@ from ferryq.worker.leases import EXIT_STUCK
 from tests.acceptance.conftest import Workers, fifos, read_fifo
 from tests.acceptance.tasks import hold, two_stages
 from tests.pg import PgCluster, drop_database
-from tests.server.harness import wait_until
+from tests.processes import Process
 
 
 def _enqueue_hold(app: ferryq.App, started: str, go: str | None) -> ferryq.JobHandle:
@@ -28,12 +27,11 @@ def test_a_job_whose_worker_is_killed_runs_again_elsewhere(
     app = ferryq.App(workers.url)
     (started,) = fifos(tmp_path, "started")
     handle = _enqueue_hold(app, str(started), None)
-    victim = workers.start()
+    victim = workers.worker()
     pid = int(read_fifo(started))
     assert pid == victim.pid
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    workers.start()
+    victim.kill()
+    workers.worker()
     assert handle.result(timeout=30).startswith("attempt 2 by ")
     job = app.get_job(handle.id)
     assert job.attempts == 2 and job.fence == 2
@@ -41,7 +39,7 @@ def test_a_job_whose_worker_is_killed_runs_again_elsewhere(
     app.close()
 
 
-def _freeze_outside_a_write(proc: subprocess.Popen[str], db: str) -> None:
+def _freeze_outside_a_write(proc: Process, db: str) -> None:
     """SIGSTOP ``proc`` at a moment it holds no write lock on the SQLite file ``db``.
 
     SQLite's write lock belongs to the file: a process frozen inside a write stops
@@ -70,17 +68,17 @@ def test_a_frozen_worker_cannot_overwrite_the_newer_attempt(
     app = ferryq.App(workers.url)
     started, go = fifos(tmp_path, "started", "go")
     handle = _enqueue_hold(app, str(started), str(go))
-    frozen = workers.start()
+    frozen = workers.worker()
     assert int(read_fifo(started)) == frozen.pid
     _freeze_outside_a_write(frozen, workers.url.removeprefix("sqlite:///"))
-    rescuer = workers.start()
+    rescuer = workers.worker()
     result = handle.result(timeout=30)
     assert result == f"attempt 2 by {rescuer.pid}"
     frozen.send_signal(signal.SIGCONT)
     # Awake, it finds its lease long passed, and its handler deaf to interruption
     # (blocked opening a FIFO, in C): it exits rather than run beside the newer attempt.
-    assert frozen.wait(timeout=30) == EXIT_STUCK
-    assert "did not stop when asked" in workers.stderr_of(frozen)
+    assert frozen.wait() == EXIT_STUCK, frozen.describe()
+    assert "did not stop when asked" in frozen.stderr()
     job = app.get_job(handle.id)
     assert job.state == "succeeded" and job.result == result and job.fence == 2
     app.close()
@@ -94,11 +92,10 @@ def test_a_worker_killed_in_stage_two_reruns_stage_two_only(
     # This App has no tasks registered: the task's options go with the enqueue.
     handle = app.enqueue(two_stages.name, [str(started)], ttr=1, max_tries=3,
                          retry=ferryq.backoff.fixed(0))  # fmt: skip
-    victim = any_workers.start()
+    victim = any_workers.worker()
     assert int(read_fifo(started)) == victim.pid  # stage one done, stage two running
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    rescuer = any_workers.start()
+    victim.kill()
+    rescuer = any_workers.worker()
     assert handle.result(timeout=30) == {"one_by": victim.pid, "two_by": rescuer.pid}
     runs = sorted(line.split()[1:3] for line in any_workers.log_lines())
     assert runs == [["stage=None", "attempt=1"], ["stage=two", "attempt=1"],
@@ -117,7 +114,7 @@ def test_a_worker_whose_database_went_away_still_stops_on_sigterm(
     worker, job_id, go = _worker_holding_a_job(pg_workers, tmp_path)
     drop_database(pg_cluster.url, urlsplit(pg_workers.url).path.lstrip("/"))
     _end_the_job_and_stop(worker, go)  # the job's outcome has nowhere to go
-    _check_it_gave_the_outcome_up(pg_workers, worker, job_id)
+    _check_it_gave_the_outcome_up(worker, job_id)
 
 
 def test_a_worker_whose_sqlite_file_stays_locked_still_stops_on_sigterm(
@@ -129,38 +126,34 @@ def test_a_worker_whose_sqlite_file_stays_locked_still_stops_on_sigterm(
     locker.execute("BEGIN IMMEDIATE")
     try:
         _end_the_job_and_stop(worker, go)
-        _check_it_gave_the_outcome_up(workers, worker, job_id)
+        _check_it_gave_the_outcome_up(worker, job_id)
     finally:
         locker.execute("ROLLBACK")
         locker.close()
 
 
-def _worker_holding_a_job(
-    workers: Workers, tmp_path: Path
-) -> tuple[subprocess.Popen[str], int, Path]:
+def _worker_holding_a_job(workers: Workers, tmp_path: Path) -> tuple[Process, int, Path]:
     """A ``ferryq worker`` (grace 1 s) running a job that ends when ``go`` is written."""
     app = ferryq.App(workers.url)
     started, go = fifos(tmp_path, "started", "go")
     handle = _enqueue_hold(app, str(started), str(go))
     app.close()
-    worker = workers.start("worker", "tests.acceptance.tasks:app", "--grace", "1",
-                           module="ferryq")  # fmt: skip
+    worker = workers.worker("worker", "tests.acceptance.tasks:app", "--grace", "1",
+                            module="ferryq")  # fmt: skip
     assert int(read_fifo(started)) == worker.pid
     return worker, handle.id, go
 
 
-def _end_the_job_and_stop(worker: subprocess.Popen[str], go: Path) -> None:
+def _end_the_job_and_stop(worker: Process, go: Path) -> None:
     with open(go, "w") as fifo:
         fifo.write("go\n")
     worker.send_signal(signal.SIGTERM)
 
 
-def _check_it_gave_the_outcome_up(
-    workers: Workers, worker: subprocess.Popen[str], job_id: int
-) -> None:
+def _check_it_gave_the_outcome_up(worker: Process, job_id: int) -> None:
     """It gives the write up after the bound (the grace period, 5 s at least) and says so."""
-    log = workers.stderr_of(worker)
-    assert worker.returncode == 1, log
+    assert worker.wait() == 1, worker.describe()
+    log = worker.stderr()
     assert f"stopping without writing the outcome of 1 attempt(s), jobs {job_id}:" in log
     assert "Error: the outcome of 1 attempt(s) could not be written" in log
 
@@ -170,13 +163,11 @@ def test_a_second_signal_exits_at_once(workers: Workers, tmp_path: Path) -> None
     app = ferryq.App(workers.url)
     (started,) = fifos(tmp_path, "started")
     _enqueue_hold(app, str(started), None)  # never ends by itself
-    worker = workers.start()
+    worker = workers.worker()
     assert int(read_fifo(started)) == worker.pid
-    log = workers.stderr_paths[worker.pid]
     worker.send_signal(signal.SIGTERM)
-    wait_until(lambda: "SIGTERM: stopping" in log.read_text(), within=30,
-               what="the worker stopping")  # fmt: skip
+    worker.wait_for("SIGTERM: stopping")
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=10) == 1
-    assert "second SIGTERM: exiting at once" in log.read_text()
+    assert worker.wait() == 1, worker.describe()
+    assert "second SIGTERM: exiting at once" in worker.stderr()
     app.close()

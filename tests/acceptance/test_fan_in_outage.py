@@ -23,7 +23,7 @@ import ferryq
 from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.fan_in_app import MAX_TRIES, TTR, album, member
 from tests.pg import LocalCluster, PgCluster
-from tests.server.harness import wait_until
+from tests.processes import wait_until
 
 MEMBERS = 150
 LANES = 3
@@ -66,7 +66,7 @@ def _succeeded(app: ferryq.App) -> int:
 
 def _all_started(app: ferryq.App, workers: Workers) -> bool:
     """Every worker process has opened the database and registered (its heartbeat)."""
-    return {w.pid for w in app.stats().workers} >= {proc.pid for proc in workers.procs}
+    return {w.pid for w in app.stats().workers} >= {proc.pid for proc in workers.started}
 
 
 def _outage(workers: Workers, cluster: PgCluster | None) -> None:
@@ -93,7 +93,7 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
             pytest.skip("needs the suite's own PostgreSQL, to stop and start it")
     members, callback_id, lane_jobs = _enqueue(workers.url)
     for _ in range(PROCESSES):
-        workers.start("--concurrency", "8", module="tests.acceptance.fan_in_app")
+        workers.worker("--concurrency", "8", module="tests.acceptance.fan_in_app")
     watching = ferryq.App(workers.url)
     try:
         # Every worker must be running before the database goes: one still starting
@@ -127,14 +127,8 @@ def test_a_fan_in_and_rated_lanes_ride_out_the_database_going_away(
         claimed[job.lane].append(job.claimed_at)
     for lane, times in claimed.items():
         assert most_in_any_window(times, 1.0) <= RATE, (lane, sorted(times))
-    dead = [proc for proc in workers.procs if proc.poll() is not None]
-    assert not dead, "a worker died: " + "\n".join(
-        f"exit status {proc.returncode}, its log ends:\n{workers.stderr_of(proc)[-3000:]}"
-        for proc in dead
-    )
-    for proc in workers.procs:
-        proc.terminate()
-    logs = [workers.stderr_of(proc) for proc in workers.procs]
-    assert [proc.returncode for proc in workers.procs] == [0] * PROCESSES, logs
-    for log in logs:
-        assert "Traceback" not in log, log
+    for proc in workers.started:
+        assert proc.running(), f"a worker died: {proc.describe()}"
+    for proc in workers.started:
+        assert proc.stop() == 0, proc.describe()
+        assert "Traceback" not in proc.stderr(), proc.describe()

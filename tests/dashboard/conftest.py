@@ -22,7 +22,8 @@ from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwrig
 from tests.conftest import BACKENDS
 from tests.dashboard.story import Story, tell
 from tests.pg import PgCluster, fresh_database, in_ci
-from tests.server.harness import ROOT, ServerProcess, running_server
+from tests.processes import ROOT
+from tests.server.harness import ServerProcess, running_server
 
 CHROMIUM = os.environ.get("FERRYQ_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "artifacts" / "dashboard"

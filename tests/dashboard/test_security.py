@@ -16,14 +16,8 @@ from playwright.sync_api import Browser, Dialog, Page, expect
 import ferryq
 from tests.dashboard.conftest import ADMIN, Dash, browser_page, sign_in_token, signed_in_client
 from tests.dashboard.story import OTHER_NAMESPACE, SCRIPT
-from tests.server.harness import (
-    ROOT,
-    ServerProcess,
-    running_server,
-    server_command,
-    server_env,
-    wait_until,
-)
+from tests.processes import ROOT, wait_until
+from tests.server.harness import ServerProcess, running_server, server_command, server_env
 
 # What does not depend on the backend runs on SQLite only, to keep the suite quick.
 SQLITE_ONLY = pytest.mark.parametrize("dash", ["sqlite"], indirect=True)

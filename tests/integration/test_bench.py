@@ -32,7 +32,7 @@ def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
 
 def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
     options = ["--rounds", "1", "--jobs", "200", "--lanes", "20", "--backlog", "1000",
-               "--samples", "5"]  # fmt: skip
+               "--samples", "5", "--singles", "20", "--batches", "3"]  # fmt: skip
     output = run_bench("lanes", options, pg_cluster)
     for backend in ("sqlite", "postgres"):
         section = output.split(f"{backend}: medians of 1 rounds")[1].split("\n\n")[0]
@@ -45,12 +45,15 @@ def test_the_dependencies_and_rates_benchmarks_run_on_every_setting(
 ) -> None:
     dependencies = run_bench("dependencies", ["--rounds", "1", "--members", "100",
                                               "--singles", "20"], pg_cluster)  # fmt: skip
-    rates = run_bench("rates", ["--rounds", "1", "--jobs", "200", "--lanes", "20"], pg_cluster)
+    rates = run_bench("rates", ["--rounds", "1", "--jobs", "200", "--lanes", "20",
+                                "--binding-lanes", "1", "--binding-jobs", "6",
+                                "--binding-processes", "1"], pg_cluster)  # fmt: skip
     for setting in ("SQLite NORMAL", "SQLite FULL", "PostgreSQL, durable"):
         section = dependencies.split(f"{setting}: medians of 1 rounds")[1].split("\n\n")[0]
         assert "fan-in of 100: s to the callback" in section, section
         section = rates.split(f"{setting}: medians of 1 rounds")[1].split("\n\n")[0]
         assert "200 jobs over 20 lanes" in section and "200 jobs in no lane" in section, section
+        assert "of the sum of the rates used" in section, section
 
 
 def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:

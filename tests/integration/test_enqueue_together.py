@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,9 +172,8 @@ def test_a_sync_enqueue_on_postgres_commits_on_its_thread_and_outlives_a_restart
         assert store._inserts.on_thread._conn not in (None, before)
         assert app.get_job(handle.id).args == [2]
         # The connection the loop's enqueues kept is gone too: they take another.
-        began = time.monotonic()
         on_loop = app.portal_call(job.enqueue_async(3))
-        assert app.get_job(on_loop.id).args == [3] and time.monotonic() - began < 10
+        assert app.get_job(on_loop.id).args == [3]
     finally:
         app.close()
 

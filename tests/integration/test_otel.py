@@ -1,7 +1,7 @@
-"""Tracing with OpenTelemetry (``ferryq.otel``, docs/operations.md "Tracing"): a span
+"""Tracing with OpenTelemetry (``ferryq.otel``, docs/operations.md, Tracing): a span
 around every enqueue and attempt, the trace context carried in the job within a
-process, from one process to another, and from an HTTP request's ``traceparent``
-header through a real server; and a broken tracer that loses no job."""
+process, from one process to another, and from an HTTP request's ``traceparent`` header
+through a real server; and a broken tracer that loses no job."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from ferryq.server.engine import Engine
 from ferryq.store.base import Token
 from ferryq.testing import drain, drain_async
 from tests.conftest import FrozenClock
-from tests.server.harness import ROOT, new_namespace, running_server
+from tests.processes import ROOT
+from tests.server.harness import new_namespace, running_server
 
 #: The trace of the HTTP tests' callers: a client span id per request.
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

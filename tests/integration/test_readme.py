@@ -3,14 +3,12 @@ typed one by one; and the HTTP API's examples enqueue the tasks that tour define
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import ROOT, WORKER_STARTED, Processes, python
+
 #: Feeds stdin to Python's interactive console line by line, as someone typing it would.
 REPL = "import code, sys\nconsole = code.InteractiveConsole()\n" \
        "for line in sys.stdin.read().splitlines():\n    console.push(line)\n"  # fmt: skip
@@ -24,22 +22,20 @@ def tour() -> tuple[str, str]:
     return jobs_py, session
 
 
-def test_the_tour_runs_line_by_line_beside_a_worker(tmp_path: Path) -> None:
+def test_the_tour_runs_line_by_line_beside_a_worker(processes: Processes, tmp_path: Path) -> None:
     jobs_py, session = tour()
     (tmp_path / "jobs.py").write_text(jobs_py)
-    env = {**os.environ, "FERRYQ_URL": f"sqlite:///{tmp_path}/tour.db"}
-    command = [sys.executable, "-m", "ferryq", "worker", "jobs:app"]
-    worker = subprocess.Popen(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        typed = subprocess.run([sys.executable, "-c", REPL], cwd=tmp_path, env=env, input=session,
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
-    assert typed.returncode == 0 and typed.stderr == "", typed.stderr
-    assert "{'sent': 'a@example.com'}" in typed.stdout  # h.result(timeout=10)
-    assert "job 2: scheduled until" in typed.stdout  # h.explain()
+    env = {"FERRYQ_URL": f"sqlite:///{tmp_path}/tour.db"}
+    worker = processes.start(python("ferryq", "worker", "jobs:app"), cwd=tmp_path, env=env)
+    # Running before the first line is typed: the tour waits 10 s for a result.
+    worker.wait_for(WORKER_STARTED)
+    typed = processes.start([sys.executable, "-c", REPL], cwd=tmp_path, env=env, stdin=True)
+    typed.stdin.write(session.encode())
+    typed.stdin.close()
+    assert typed.wait() == 0 and typed.stderr() == "", typed.describe()
+    assert worker.stop() == 0, worker.describe()
+    assert "{'sent': 'a@example.com'}" in typed.stdout()  # h.result(timeout=10)
+    assert "job 2: scheduled until" in typed.stdout()  # h.explain()
 
 
 def test_the_http_api_enqueues_the_tasks_of_the_tour() -> None:

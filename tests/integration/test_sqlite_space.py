@@ -91,9 +91,7 @@ async def test_a_worker_claims_and_completes_again_once_space_is_freed(
                 await client.enqueue_async("echo", ["x" * 1000])
         await full_for_the_worker(caplog, due_at=(await client.get_job_async(due.id)).run_at)
         filler.unlink()
-        freed = time.monotonic()
-        assert await client.result_async(due.id, timeout=10) == "due"
-        assert time.monotonic() - freed < 10
+        assert await client.result_async(due.id, timeout=60) == "due"
         # It keeps going, past what the disk could hold if the WAL grew unchecked.
         handles = [await client.enqueue_async("echo", ["z" * 1000]) for _ in range(150)]
         for handle in handles:
@@ -108,7 +106,7 @@ async def test_a_worker_claims_and_completes_again_once_space_is_freed(
 async def full_for_the_worker(caplog: pytest.LogCaptureFixture, due_at: float) -> None:
     """Wait until the worker's own writes (heartbeat, maintenance, claims) have met the
     full disk, and the job it cannot claim meanwhile is due."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound on a hang, not a speed
     while time.time() <= due_at or not any("DiskFull" in r.getMessage() for r in caplog.records):
         assert time.monotonic() < deadline, "the worker never wrote to the full disk"
         await asyncio.sleep(0.05)

@@ -11,8 +11,6 @@ import asyncio
 import json
 import os
 import sqlite3
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,8 +24,8 @@ from ferryq.store.sqlite.store import SQLiteStore
 from tests.conformance.jobs import NS, new_job, succeed
 from tests.conftest import START
 from tests.integration.volumes import WITHOUT_OVERRIDE, require_setpriv
+from tests.processes import START_SECONDS, WORKER_STARTED, Process, Processes, python, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.integration.cli_tasks:app"
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc, binds Unix sockets"
@@ -64,11 +62,10 @@ def sockets(db: Path) -> list[str]:
     return sorted(os.listdir(folder)) if folder.exists() else []
 
 
-def peer(command: str, db: Path, *prefix: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "tests.integration.wake_peer", command, f"sqlite:///{db}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+def peer(processes: Processes, command: str, db: Path, *prefix: str) -> Process:
+    """Another process on the file: tests/integration/wake_peer.py's ``command``."""
+    return processes.start([*prefix, *python("tests.integration.wake_peer", command,
+                                              f"sqlite:///{db}")])  # fmt: skip
 
 
 def counting_checks(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -93,7 +90,7 @@ async def enqueue(store: SQLiteStore) -> None:
 
 async def test_a_wait_is_woken_by_another_process_without_polling(
     stores: Callable[[], SQLiteStore], db: Path, monkeypatch: pytest.MonkeyPatch,
-    no_safety_poll: None,
+    no_safety_poll: None, processes: Processes,
 ) -> None:  # fmt: skip
     store = stores()
     await store.open()
@@ -101,66 +98,39 @@ async def test_a_wait_is_woken_by_another_process_without_polling(
     checks = counting_checks(store, monkeypatch)
     waiting = asyncio.ensure_future(store.wait_for_change(600.0, patient=True))
     await asyncio.sleep(0)  # the wait has begun
-    writer = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.integration.wake_peer", "enqueue", f"sqlite:///{db}",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    await writer.wait()
-    assert writer.returncode == 0
+    writer = peer(processes, "enqueue", db)
+    assert await asyncio.to_thread(writer.wait) == 0, writer.describe()
     assert await asyncio.wait_for(waiting, 60.0) is True
     # One look as the wait began, one after the wake-up: no polling in between, while
     # the other process started, imported ferryq, migrated and enqueued.
     assert len(checks) <= 3, f"{len(checks)} looks at data_version"
 
 
-def test_pickup_from_another_process_is_quick(db: Path, tmp_path: Path) -> None:
-    url = f"sqlite:///{db}"
-    app = ferryq.App(url)
-    app.enqueue("echo", [0])  # the file is migrated before the worker opens it
-    worker = start_worker(url, tmp_path)
-    try:
-        latencies = []
-        for i in range(30):
-            enqueued = time.time()
-            handle = app.enqueue("echo", [i])
-            assert handle.result(timeout=60) == i
-            started = app.get_job(handle.id).started_at
-            assert started is not None
-            latencies.append(started - enqueued)
-    finally:
-        worker.terminate()
-        worker.wait(60)
-        app.close()
-    # Loosely here (one core may be busy); bench.sqlite_throughput has the figure.
-    assert statistics.median(latencies) < 0.05, sorted(latencies)
-
-
-def test_an_idle_worker_costs_almost_no_cpu(db: Path, tmp_path: Path) -> None:
+def test_an_idle_worker_costs_almost_no_cpu(db: Path, processes: Processes) -> None:
     """Under 1% of a core, counted in CPU time (not wall time): polling every 5 ms
     cost about 4%, and an idle worker uses about 0.35% on a quiet machine (on a loaded
     one, with caches cold, up to 0.51% was seen)."""
     url = f"sqlite:///{db}"
     ferryq.App(url).migrate()
-    worker = start_worker(url, tmp_path)
-    try:
-        ready_within(30.0, lambda: leader_held(db), worker)  # started, then idle
-        window = 6.0
-        used = cpu_seconds(worker.pid)
-        time.sleep(window)  # the span measured, not a wait for anything
-        used = cpu_seconds(worker.pid) - used
-    finally:
-        worker.terminate()
-        worker.wait(60)
+    worker = processes.start(python("ferryq", "worker", TASKS), env={"FERRYQ_URL": url})
+    worker.wait_for(WORKER_STARTED)
+    wait_until(lambda: leader_held(db), within=START_SECONDS, what="the leadership taken")
+    window = 6.0  # started, then idle
+    used = cpu_seconds(worker.pid)
+    time.sleep(window)  # the span measured, not a wait for anything
+    used = cpu_seconds(worker.pid) - used
+    assert worker.stop() == 0, worker.describe()
     assert used < 0.01 * window, f"{used * 1000:.1f} ms of CPU in {window} s idle"
 
 
-def test_a_dead_processs_socket_is_removed_by_the_next_write(db: Path) -> None:
+def test_a_dead_processs_socket_is_removed_by_the_next_write(
+    db: Path, processes: Processes
+) -> None:
     app = ferryq.App(f"sqlite:///{db}")
     app.migrate()
     try:
-        vanished = peer("vanish", db)
-        _, err = vanished.communicate(timeout=60)
-        assert vanished.returncode == 0, err
+        vanished = peer(processes, "vanish", db)
+        assert vanished.wait() == 0, vanished.describe()
         assert len(left := sockets(db)) == 1, "a killed process leaves its socket behind"
         app.enqueue("t")  # the commit's wake-up finds no one there
         assert sockets(db) == [], f"{left} was not removed"
@@ -168,7 +138,7 @@ def test_a_dead_processs_socket_is_removed_by_the_next_write(db: Path) -> None:
         app.close()
 
 
-def test_a_read_only_folder_falls_back_to_polling(tmp_path: Path) -> None:
+def test_a_read_only_folder_falls_back_to_polling(tmp_path: Path, processes: Processes) -> None:
     """The database's folder is not writable: its -wal and -shm files are there
     already, but the wake-up folder cannot be made. The waiting process (run without
     root's power over file modes) says so once and polls; a write still wakes it."""
@@ -182,13 +152,11 @@ def test_a_read_only_folder_falls_back_to_polling(tmp_path: Path) -> None:
     keep.execute("SELECT 1 FROM ferryq_jobs").fetchall()
     folder.chmod(0o555)
     try:
-        waiter = peer("wait", db, *WITHOUT_OVERRIDE)
-        assert waiter.stdout is not None
-        assert waiter.stdout.readline() == "waiting\n", waiter.communicate()
+        waiter = peer(processes, "wait", db, *WITHOUT_OVERRIDE)
+        waiter.wait_for("waiting\n", stream="stdout")
         app.enqueue("t")
-        out, err = waiter.communicate(timeout=60)
-        assert waiter.returncode == 0, err
-        seen = json.loads(out)
+        assert waiter.wait() == 0, waiter.describe()
+        seen = json.loads(waiter.stdout().removeprefix("waiting\n"))
         assert seen["woken"] is True and seen["bell"] is False
         assert [m for m in seen["log"] if "no wake-ups between processes" in m] != []
         assert not wake.folder_of(db).exists()
@@ -303,22 +271,6 @@ async def test_closing_removes_the_socket(stores: Callable[[], SQLiteStore], db:
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-def start_worker(url: str, tmp_path: Path) -> subprocess.Popen[bytes]:
-    with (tmp_path / "worker.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "ferryq", "worker", TASKS], cwd=ROOT,
-            env={**os.environ, "FERRYQ_URL": url}, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
-
-
-def ready_within(seconds: float, ready: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        assert proc.poll() is None, f"the worker exited with {proc.returncode}"
-        assert time.monotonic() < deadline, "the worker did not get ready"
-        time.sleep(0.01)
 
 
 def leader_held(db: Path) -> bool:

@@ -42,11 +42,3 @@ def lm(server: ServerProcess) -> Iterator[Lmstfy]:
     client = Lmstfy(server, namespace, server.create_token(namespace))
     yield client
     client.close()
-
-
-@pytest.fixture(autouse=True)
-def _collect_garbage() -> Iterator[None]:
-    """No collection after each test here (tests/conftest.py collects after every other
-    test): the servers run in processes of their own, every client is closed by its
-    fixture, and a full collection of this heap costs a few tenths of a second a test."""
-    yield

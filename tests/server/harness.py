@@ -1,6 +1,7 @@
 """A real ``ferryq server`` on loopback, and a small lmstfy client for talking to it.
 
-The server is started exactly as an operator would start it::
+The server is started exactly as an operator would start it, through the suite's one
+harness for processes (tests/processes.py)::
 
     python -m ferryq server --url URL --host 127.0.0.1 --port 0 \
         --admin-host 127.0.0.1 --admin-port 0 [--admin-credential USER:PASSWORD]
@@ -9,36 +10,30 @@ and announces itself with one line on stdout once both listeners accept connecti
 
     ferryq server listening api=http://127.0.0.1:PORT admin=http://127.0.0.1:PORT
 
-Everything here is written from lmstfy's protocol as its own code behaves (the
-tables of docs/http-api.md and lmstfy's clients), never from the server's code:
-these tests are the protocol's side of the contract.
+Everything here is written from the protocol as documented (docs/http-api.md), never
+from the server's code: these tests are the protocol's side of the contract.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import queue
 import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import Process, ProcessFailed, python, tail, wait_until
+
 LISTENING = re.compile(r"^ferryq server listening api=(http://\S+) admin=(http://\S+)$")
-START_SECONDS = 30.0  # from exec to the listening line
 STOP_SECONDS = 15.0  # from SIGTERM to exit
 HTTP_TIMEOUT = 15.0  # longer than any blocking consume the tests make (10 s at most)
 CREDENTIAL_ENV = "FERRYQ_ADMIN_CREDENTIAL"
@@ -63,9 +58,8 @@ class ServerStartError(AssertionError):
 def server_command(
     url: str, *, admin_host: str = "127.0.0.1", credential: str | None = None
 ) -> list[str]:
-    argv = [sys.executable, "-m", "ferryq", "server", "--url", url,
-            "--host", "127.0.0.1", "--port", "0",
-            "--admin-host", admin_host, "--admin-port", "0"]  # fmt: skip
+    argv = python("ferryq", "server", "--url", url, "--host", "127.0.0.1", "--port", "0",
+                  "--admin-host", admin_host, "--admin-port", "0")  # fmt: skip
     if credential is not None:
         argv += ["--admin-credential", credential]
     return argv
@@ -88,36 +82,24 @@ def server_env(
 class ServerProcess:
     """A running ``ferryq server``; ``stop()`` ends it the way an operator would."""
 
-    process: subprocess.Popen[bytes]
+    process: Process
     url: str
     api: str
     admin: str
-    stderr_path: Path
-    pump: threading.Thread
     admin_auth: tuple[str, str] | None = None
-    stdout_lines: list[str] = field(default_factory=list)  # every stdout line but the first
+
+    @property
+    def stdout_lines(self) -> list[str]:
+        """Every line it wrote to stdout but the first (the listening line)."""
+        return self.process.stdout().splitlines()[1:]
 
     def stderr(self) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return self.process.stderr()
 
     def stop(self) -> int:
-        """SIGTERM, then the exit code; a server that does not exit in time is killed."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise AssertionError(
-                f"the server did not exit within {STOP_SECONDS} s of SIGTERM; killed it\n"
-                f"--- stderr ---\n{tail(self.stderr())}"
-            ) from None
-        finally:
-            _release(self.process, self.pump)
+        """SIGTERM, then the exit code; a server that does not exit in time is killed
+        and the test fails, quoting its log."""
+        return self.process.stop(STOP_SECONDS)
 
     def admin_client(self, auth: tuple[str, str] | None = None) -> httpx.Client:
         return httpx.Client(base_url=self.admin, timeout=HTTP_TIMEOUT, auth=auth or self.admin_auth)
@@ -135,10 +117,6 @@ class ServerProcess:
         return token
 
 
-def tail(text: str, lines: int = 40) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def start_server(
     url: str,
     log_dir: Path,
@@ -146,92 +124,33 @@ def start_server(
     credential: str | None = None,
     credential_env: str | None = None,
     session_secret_env: str | None = None,
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """Start the server and wait (at most START_SECONDS) for its listening line."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stderr_path = log_dir / f"server-{uuid.uuid4().hex[:8]}.stderr"
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            server_command(url, credential=credential),
-            cwd=ROOT, env=server_env(credential_env, session_secret_env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=stderr,
-        )  # fmt: skip
-    assert process.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-    pump = threading.Thread(target=_pump_lines, args=(process.stdout, lines), daemon=True)
-    pump.start()
-    first = _first_line(process, pump, lines, stderr_path)
+    """Start the server (``options`` added to its command line, ``env`` to use instead
+    of the run's) and wait (at most START_SECONDS) for its listening line."""
+    environ = dict(env) if env is not None else server_env(credential_env, session_secret_env)
+    process = Process([*server_command(url, credential=credential), *options], log_dir,
+                      f"server-{uuid.uuid4().hex[:8]}", env=environ)  # fmt: skip
+    try:
+        out = process.wait_for(lambda out: "\n" in out, stream="stdout")
+    except ProcessFailed as failed:
+        process.kill()
+        raise ServerStartError(str(failed)) from None
+    first = out.splitlines()[0]
     match = LISTENING.match(first)
     if match is None:
-        _kill(process, pump)
+        process.kill()
         raise ServerStartError(
             f"the server's first stdout line is not the listening line: {first!r}\n"
-            f"--- stderr ---\n{tail(_read(stderr_path))}"
+            f"{process.describe()}"
         )
     auth = None
     used = credential if credential is not None else credential_env
     if used is not None:
         user, _, password = used.partition(":")
         auth = (user, password)
-    server = ServerProcess(process, url, match[1], match[2], stderr_path, pump, auth)
-    threading.Thread(target=_collect, args=(lines, server.stdout_lines), daemon=True).start()
-    return server
-
-
-def _pump_lines(stream: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    # Drained for the server's whole life: a full pipe would stall it.
-    for raw in iter(stream.readline, b""):
-        lines.put(raw.decode(errors="replace").rstrip("\r\n"))
-    lines.put(None)
-
-
-def _collect(lines: queue.Queue[str | None], into: list[str]) -> None:
-    while (line := lines.get()) is not None:
-        into.append(line)
-
-
-def _kill(process: subprocess.Popen[bytes], pump: threading.Thread) -> None:
-    process.kill()
-    process.wait()
-    _release(process, pump)
-
-
-def _release(process: subprocess.Popen[bytes], pump: threading.Thread) -> None:
-    """Close the stdout pipe once its reader has seen the end of it."""
-    pump.join(STOP_SECONDS)
-    if process.stdout is not None and not pump.is_alive():
-        process.stdout.close()
-
-
-def _first_line(
-    process: subprocess.Popen[bytes],
-    pump: threading.Thread,
-    lines: queue.Queue[str | None],
-    stderr_path: Path,
-) -> str:
-    try:
-        first = lines.get(timeout=START_SECONDS)
-    except queue.Empty:
-        _kill(process, pump)
-        raise ServerStartError(
-            f"no listening line within {START_SECONDS} s; killed the server\n"
-            f"--- stderr ---\n{tail(_read(stderr_path))}"
-        ) from None
-    if first is None:
-        code = process.wait(STOP_SECONDS)
-        _release(process, pump)
-        raise ServerStartError(
-            f"the server exited with {code} before listening\n"
-            f"--- stderr ---\n{tail(_read(stderr_path))}"
-        )
-    return first
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
+    return ServerProcess(process, url, match[1], match[2], auth)
 
 
 @contextmanager
@@ -259,18 +178,6 @@ def new_namespace() -> str:
 
 def b64(body: bytes) -> str:
     return base64.b64encode(body).decode()
-
-
-def wait_until(
-    condition: Callable[[], bool], *, within: float, interval: float = 0.02, what: str = ""
-) -> float:
-    """Poll ``condition`` until it holds; the seconds it took. Fails after ``within``."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > within:
-            raise AssertionError(f"not true within {within} s: {what or condition}")
-        time.sleep(interval)  # the poll interval, not a wait for something to happen
-    return time.monotonic() - began
 
 
 def each(cases: Iterable[Case], check: Callable[[Case], object]) -> None:
@@ -440,7 +347,7 @@ class Lmstfy:
             consumed = self.consume_ok(queue, ttr=1)
             assert consumed["job_id"] == job_id and consumed["remain_tries"] == 0
             ids.append(job_id)
-        wait_until(lambda: self.dead_size(queue) == count, within=5, what="jobs in dead letter")
+        wait_until(lambda: self.dead_size(queue) == count, within=30, what="jobs in dead letter")
         return ids
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.processes import wait_until
 from tests.server.harness import (
     LIMIT_MESSAGE,
     Lmstfy,
@@ -19,7 +20,6 @@ from tests.server.harness import (
     body_of,
     each,
     new_namespace,
-    wait_until,
 )
 
 
@@ -33,7 +33,7 @@ def descriptions(admin: httpx.Client, namespace: str) -> list[str]:
     """The descriptions of the namespace's tokens, sorted.
 
     The listing is ``{"tokens": {key: description}}``. Tokens are stored hashed
-    (docs/http-api.md, "Tokens"), so a key cannot always be the token itself; only the
+    (docs/http-api.md, Tokens), so a key cannot always be the token itself; only the
     descriptions and their number are compared.
     """
     listed = admin.get(f"/token/{namespace}")
@@ -386,7 +386,7 @@ def test_the_limit_is_per_interval(limited: Lmstfy, admin: httpx.Client) -> None
     assert_limited(limited.publish("q", b"2"))
     wait_until(
         lambda: limited.publish("q", b"3").status_code == 201,
-        within=3,
+        within=30,  # a bound on a hang: the limit's interval is 1 s
         interval=0.1,
         what="the next interval",
     )

@@ -3,27 +3,27 @@ the admin port beyond loopback without one."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.processes import Processes
 from tests.server.harness import (
-    ROOT,
-    STOP_SECONDS,
+    CREDENTIAL_ENV,
+    SESSION_SECRET_ENV,
     ServerProcess,
     each,
     new_namespace,
     running_server,
     server_command,
-    server_env,
 )
 
 USER, PASSWORD = "operator", "s3cret:with:colons"
 CREDENTIAL = f"{USER}:{PASSWORD}"
 WRONG = [None, (USER, "wrong"), ("someone", PASSWORD), (USER, ""), (PASSWORD, USER)]
+SECRETS = (CREDENTIAL_ENV, SESSION_SECRET_ENV)  # none from the environment the tests run in
 
 
 @pytest.fixture(scope="module")
@@ -98,19 +98,23 @@ def test_the_credential_may_come_from_the_environment(server_db: str, tmp_path: 
         assert admin.get("/pools", auth=("envuser", "envpass")).status_code == 200
 
 
+def unreachable(tmp_path: Path) -> str:
+    """A database no server could open: a refusal at start names the credential, not
+    the database, so the options are checked before any backend is reached (and these
+    tests need not run on each)."""
+    return f"sqlite:///{tmp_path}/no-such-folder/ferryq.db"
+
+
 def test_the_admin_port_off_loopback_without_a_credential_is_refused_at_start(
-    server_db: str,
+    processes: Processes, tmp_path: Path
 ) -> None:
     def check(host: str) -> None:
-        refused = subprocess.run(
-            server_command(server_db, admin_host=host),
-            cwd=ROOT, env=server_env(), stdin=subprocess.DEVNULL,
-            capture_output=True, text=True, timeout=STOP_SECONDS + 30, check=False,
-        )  # fmt: skip
-        assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
-        assert "listening" not in refused.stdout, refused.stdout
-        said = refused.stderr.lower()
-        assert "admin" in said and "credential" in said, refused.stderr[-2000:]
+        argv = server_command(unreachable(tmp_path), admin_host=host)
+        refused = processes.start(argv, clean_env=SECRETS)
+        assert refused.wait() == 2, refused.describe()
+        assert "listening" not in refused.stdout(), refused.describe()
+        said = refused.stderr().lower()
+        assert "admin" in said and "credential" in said, refused.describe()
 
     each(["0.0.0.0", "::"], check)
 
@@ -121,14 +125,12 @@ def test_the_admin_port_off_loopback_without_a_credential_is_refused_at_start(
      (None, ""), (None, ":")],
 )  # fmt: skip
 def test_an_empty_user_or_password_is_refused_at_start(
-    server_db: str, option: str | None, env: str | None
+    processes: Processes, tmp_path: Path, option: str | None, env: str | None
 ) -> None:
-    refused = subprocess.run(
-        server_command(server_db, credential=option), cwd=ROOT, env=server_env(env),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STOP_SECONDS + 30,
-        check=False,
-    )  # fmt: skip
-    assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
-    assert "listening" not in refused.stdout, refused.stdout
-    assert "Traceback" not in refused.stderr
-    assert "the admin credential must be USER:PASSWORD" in refused.stderr
+    argv = server_command(unreachable(tmp_path), credential=option)
+    given = {} if env is None else {CREDENTIAL_ENV: env}
+    refused = processes.start(argv, env=given, clean_env=SECRETS)
+    assert refused.wait() == 2, refused.describe()
+    assert "listening" not in refused.stdout(), refused.describe()
+    assert "Traceback" not in refused.stderr()
+    assert "the admin credential must be USER:PASSWORD" in refused.stderr(), refused.describe()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.server.harness import (
     HTTP_TIMEOUT,
-    STOP_SECONDS,
     Lmstfy,
     new_namespace,
     start_server,
@@ -23,9 +21,7 @@ def test_sigterm_stops_an_idle_server_with_exit_code_0(server_db: str, tmp_path:
         assert api.get("/healthz").status_code == 200
     with server.admin_client() as admin:
         assert admin.get("/pools").status_code == 200
-    began = time.monotonic()
-    assert server.stop() == 0, server.stderr()
-    assert time.monotonic() - began < STOP_SECONDS
+    assert server.stop() == 0, server.stderr()  # within STOP_SECONDS, or it fails
 
 
 def test_sigterm_stops_a_server_with_a_blocking_consume_in_flight(
@@ -37,12 +33,8 @@ def test_sigterm_stops_a_server_with_a_blocking_consume_in_flight(
     try:
         # The waiting client gets an answer or a closed connection, never silence.
         with contextlib.suppress(httpx.HTTPError), lm.consuming("q", timeout=10):
-            began = time.monotonic()
-            code = server.stop()
-            stopped = time.monotonic() - began
+            code = server.stop()  # within STOP_SECONDS, or it fails
     finally:
         lm.close()
-        if server.process.poll() is None:
-            server.stop()
+        server.process.kill()
     assert code == 0, server.stderr()
-    assert stopped < STOP_SECONDS

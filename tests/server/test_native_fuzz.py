@@ -33,10 +33,12 @@ from schemathesis.core.result import Ok
 
 import ferryq
 from ferryq import testing
+from tests.conftest import examples
 from tests.server.harness import ServerProcess, new_namespace
 
-#: Examples per operation and mode: 19 operations, 2 modes, this many requests each.
-EXAMPLES = 12
+#: Examples per operation and mode: 19 operations, 2 modes, this many requests each (12
+#: took 25 s a backend with a core busy; the thorough profile runs 60).
+EXAMPLES = examples(6)
 #: Examples per route of one job, for each job of the namespace.
 JOB_EXAMPLES = 3
 #: Schema-valid requests may still be refused with 400 (documented so: values ferryq
@@ -75,11 +77,11 @@ def test_native_api_answers_as_documented(server: ServerProcess) -> None:
         for state, job_id in jobs.items()
     ]  # fmt: skip
     failures: list[str] = []
-    for label, strategy, examples in runs:
+    for label, strategy, count in runs:
 
         @given(case=strategy)
         @settings(
-            max_examples=examples, deadline=None, database=None,
+            max_examples=count, deadline=None, database=None,
             phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
         )  # fmt: skip
         def answers_as_documented(case: Case[Any]) -> None:

@@ -22,7 +22,6 @@ Everything is a fixed list: the same requests on every run, a few thousand of th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,8 +40,6 @@ from ferryq.server.app import build_admin, build_api
 from ferryq.server.engine import Engine
 from tests.server.harness import Lmstfy, ServerProcess, assert_error, b64, each
 
-#: The whole fuzz of one server must end within this (it takes a few seconds).
-BUDGET_SECONDS = 30.0
 #: Requests in flight at once, each on a connection of its own.
 CLIENTS = 3
 #: Namespace of the plain path values, and of the token the admin routes are given.
@@ -134,16 +131,12 @@ def test_no_route_answers_an_odd_request_with_a_5xx(server: ServerProcess, tmp_p
         (server.api, list(_probes(_templates(api_routes), {}))),
         (server.admin, list(_probes(_templates(admin_routes), {"token": token}))),
     ]
-    began = time.monotonic()
     failures = [failure for base, probes in plans for failure in _ask_all(base, probes)]
-    took = time.monotonic() - began
     assert server.process.poll() is None, "the server exited"
     with server.api_client() as client:
         assert client.get("/healthz").status_code == 200
     assert not failures, f"{len(failures)} request(s) failed:\n" + "\n".join(failures[:40])
     assert "Traceback" not in server.stderr(), server.stderr()[-4000:]
-    sent = sum(len(probes) for _, probes in plans)
-    assert took < BUDGET_SECONDS, f"{sent} requests took {took:.1f} s"
 
 
 def test_lmstfy_numbers_that_int_would_refuse_are_invalid(lm: Lmstfy) -> None:

@@ -11,7 +11,8 @@ import httpx
 from ferryq.metrics import Registry
 from ferryq.store import open_store
 from ferryq.store.base import WorkerInfo
-from tests.server.harness import Lmstfy, ServerProcess, wait_until
+from tests.processes import wait_until
+from tests.server.harness import Lmstfy, ServerProcess
 
 SAMPLE = re.compile(r'^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+$')
 

@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,32 +15,30 @@ import pytest
 import ferryq
 from ferryq.store import safe_url
 from tests.conftest import FrozenClock
-from tests.server.harness import LISTENING, START_SECONDS, server_command, server_env
+from tests.processes import Process, Processes, python
+from tests.server.harness import ServerProcess, server_env, start_server
 
-ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.integration.log_tasks:app"
 PASSWORD = "s3cret-pw"
 KEYS = ["ts", "level", "logger", "msg"]
+LOG_ENV = ("FERRYQ_LOG_LEVEL", "FERRYQ_LOG_FORMAT")
 
 
 def ferryq_cli(
-    url: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "FERRYQ_URL": url, **(env or {})}
-    for name in ("FERRYQ_LOG_LEVEL", "FERRYQ_LOG_FORMAT"):
-        if env is None or name not in env:
-            environ.pop(name, None)
-    result = subprocess.run(
-        [sys.executable, "-m", "ferryq", "--url", url, *args],
-        capture_output=True, text=True, env=environ, cwd=ROOT, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
+    processes: Processes, url: str, *args: str, env: dict[str, str] | None = None
+) -> Process:
+    """``ferryq --url URL args``, run to its end (exit 0), with the log level and format
+    of ``env`` or of ferryq's defaults, not of the environment the tests run in."""
+    unset = [name for name in LOG_ENV if env is None or name not in env]
+    done = processes.start(python("ferryq", "--url", url, *args),
+                           env={"FERRYQ_URL": url, **(env or {})}, clean_env=unset)  # fmt: skip
+    assert done.wait(120) == 0, done.describe()
+    return done
 
 
-def enqueue(url: str, task: str, args: str = "[]") -> int:
-    reply = json.loads(ferryq_cli(url, "enqueue", task, args, "--app", TASKS, "--json").stdout)
-    return int(reply["id"])
+def enqueue(processes: Processes, url: str, task: str, args: str = "[]") -> int:
+    enqueued = ferryq_cli(processes, url, "enqueue", task, args, "--app", TASKS, "--json")
+    return int(json.loads(enqueued.stdout())["id"])
 
 
 def json_lines(stderr: str) -> list[dict[str, Any]]:
@@ -57,8 +51,11 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
     return lines
 
 
-def burst(url: str, *options: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    return json_lines(ferryq_cli(url, "worker", TASKS, "--burst", *options, env=env).stderr)
+def burst(
+    processes: Processes, url: str, *options: str, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    worker = ferryq_cli(processes, url, "worker", TASKS, "--burst", *options, env=env)
+    return json_lines(worker.stderr())
 
 
 def one(lines: list[dict[str, Any]], logger: str, says: str) -> dict[str, Any]:
@@ -78,12 +75,14 @@ def url(backend_url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def test_a_json_worker_logs_its_start_and_stop_as_json_lines(url: str) -> None:
-    job_id = enqueue(url, "echo", "[1]")
-    result = ferryq_cli(url, "worker", TASKS, "--burst", "--concurrency", "3",
+def test_a_json_worker_logs_its_start_and_stop_as_json_lines(
+    processes: Processes, url: str
+) -> None:
+    job_id = enqueue(processes, url, "echo", "[1]")
+    result = ferryq_cli(processes, url, "worker", TASKS, "--burst", "--concurrency", "3",
                         "--log-format", "json", "--log-level", "info")  # fmt: skip
-    lines = json_lines(result.stderr)
-    assert PASSWORD not in result.stderr
+    lines = json_lines(result.stderr())
+    assert PASSWORD not in result.stderr()
     start = one(lines, "ferryq.worker", " started: ")
     assert start["level"] == "INFO"
     assert start["database"] == safe_url(url)
@@ -109,7 +108,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 async def test_a_lease_recovery_and_a_stale_completion_are_warnings_with_job_ids(
-    sqlite_url: str,
+    processes: Processes, sqlite_url: str
 ) -> None:
     # A job claimed an hour ago by a worker since gone: its lease passed long ago.
     past = ferryq.App(sqlite_url, clock=FrozenClock(time.time() - 3600))
@@ -120,8 +119,8 @@ async def test_a_lease_recovery_and_a_stale_completion_are_warnings_with_job_ids
         assert [c.id for c in claimed] == [abandoned]
     finally:
         await past.aclose()
-    recovered_meanwhile = enqueue(sqlite_url, "recovered_meanwhile")
-    lines = burst(sqlite_url, "--log-format", "json", "--log-level", "warning")
+    recovered_meanwhile = enqueue(processes, sqlite_url, "recovered_meanwhile")
+    lines = burst(processes, sqlite_url, "--log-format", "json", "--log-level", "warning")
     assert {line["level"] for line in lines} <= {"WARNING", "ERROR"}, lines
     recovery = one(lines, "ferryq.maintenance", "whose lease expired")
     assert (recovery["level"], recovery["count"], recovery["job_ids"]) == (
@@ -135,82 +134,45 @@ async def test_a_lease_recovery_and_a_stale_completion_are_warnings_with_job_ids
     assert f"job {recovered_meanwhile} " in stale["msg"]
 
 
-def test_log_level_info_shows_what_warning_hides(sqlite_url: str) -> None:
-    enqueue(sqlite_url, "echo", "[1]")
-    at_info = burst(sqlite_url, "--log-format", "json", "--log-level", "info")
+def test_log_level_info_shows_what_warning_hides(processes: Processes, sqlite_url: str) -> None:
+    enqueue(processes, sqlite_url, "echo", "[1]")
+    at_info = burst(processes, sqlite_url, "--log-format", "json", "--log-level", "info")
     assert any(line["level"] == "INFO" for line in at_info)
-    enqueue(sqlite_url, "echo", "[2]")
-    assert burst(sqlite_url, "--log-format", "json", "--log-level", "warning") == []
-    enqueue(sqlite_url, "echo", "[3]")
-    at_debug = burst(sqlite_url, "--log-format", "json", "--log-level", "DEBUG")
+    enqueue(processes, sqlite_url, "echo", "[2]")
+    assert burst(processes, sqlite_url, "--log-format", "json", "--log-level", "warning") == []
+    enqueue(processes, sqlite_url, "echo", "[3]")
+    at_debug = burst(processes, sqlite_url, "--log-format", "json", "--log-level", "DEBUG")
     assert len(at_debug) >= len(at_info)
 
 
-def test_the_environment_sets_the_default_level_and_format(sqlite_url: str) -> None:
-    enqueue(sqlite_url, "echo", "[1]")
-    lines = burst(sqlite_url, env={"FERRYQ_LOG_FORMAT": "json", "FERRYQ_LOG_LEVEL": "info"})
+def test_the_environment_sets_the_default_level_and_format(
+    processes: Processes, sqlite_url: str
+) -> None:
+    enqueue(processes, sqlite_url, "echo", "[1]")
+    lines = burst(
+        processes, sqlite_url, env={"FERRYQ_LOG_FORMAT": "json", "FERRYQ_LOG_LEVEL": "info"}
+    )
     one(lines, "ferryq.worker", " started: ")
     # The command line wins over the environment.
     both = {"FERRYQ_LOG_FORMAT": "json", "FERRYQ_LOG_LEVEL": "info"}
-    assert burst(sqlite_url, "--log-level", "error", env=both) == []
-    text = ferryq_cli(sqlite_url, "worker", TASKS, "--burst", "--log-format", "text",
-                      env={"FERRYQ_LOG_FORMAT": "json"}).stderr  # fmt: skip
+    assert burst(processes, sqlite_url, "--log-level", "error", env=both) == []
+    text = ferryq_cli(processes, sqlite_url, "worker", TASKS, "--burst", "--log-format", "text",
+                      env={"FERRYQ_LOG_FORMAT": "json"}).stderr()  # fmt: skip
     assert " INFO    ferryq.worker: worker " in text and "{" not in text
 
 
 # -- the server ------------------------------------------------------------------
 
 
-def serve(url: str, stderr: Path, *options: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    """A ``ferryq server`` with ``options``; its API and admin addresses once it listens."""
-    environ = server_env()
-    environ.pop("FERRYQ_LOG_LEVEL", None)
-    environ.pop("FERRYQ_LOG_FORMAT", None)
-    with stderr.open("wb") as errors:
-        process = subprocess.Popen(
-            [*server_command(url), *options], cwd=ROOT, env=environ,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-        )  # fmt: skip
-    first = _first_line(process)
-    match = LISTENING.match(first)
-    if match is None:
-        process.kill()
-        _closed(process, process.wait())
-        raise AssertionError(f"no listening line: {first!r}\n{stderr.read_text()}")
-    return process, match[1], match[2]
-
-
-def _first_line(process: subprocess.Popen[bytes]) -> str:
-    """The first stdout line, or what came of it within START_SECONDS."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + START_SECONDS
-    line = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
-            if selector.select(left):
-                byte = os.read(process.stdout.fileno(), 1)
-                if not byte:
-                    break
-                line += byte
-    return line.decode(errors="replace").rstrip("\n")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM; the server must exit 0."""
-    process.terminate()
-    assert _closed(process, process.wait(30)) == 0
-
-
-def _closed(process: subprocess.Popen[bytes], code: int) -> int:
-    assert process.stdout is not None
-    process.stdout.close()
-    return code
+def serve(url: str, log_dir: Path, *options: str) -> ServerProcess:
+    """A ``ferryq server`` with ``options``, at ferryq's default log level and format."""
+    environ = {k: v for k, v in server_env().items() if k not in LOG_ENV}
+    return start_server(url, log_dir, options=options, env=environ)
 
 
 def test_the_server_logs_every_request_as_a_json_line(sqlite_url: str, tmp_path: Path) -> None:
-    stderr = tmp_path / "server.stderr"
-    process, api, admin = serve(sqlite_url, stderr, "--log-format", "json")
+    server = serve(sqlite_url, tmp_path, "--log-format", "json")
+    api, admin = server.api, server.admin
     try:
         with httpx.Client(timeout=30) as client:
             assert client.get(f"{api}/healthz", params={"token": "in-the-query"}).status_code == 200
@@ -218,8 +180,8 @@ def test_the_server_logs_every_request_as_a_json_line(sqlite_url: str, tmp_path:
             token = "abcdefghijklmnopqrstuvwxyz"
             client.delete(f"{admin}/token/ns/{token}")
     finally:
-        stop(process)
-    text = stderr.read_text()
+        assert server.stop() == 0, server.stderr()
+    text = server.stderr()
     lines = json_lines(text)
     assert "in-the-query" not in text and "abcdefghijklmnopqrstuvwxyz" not in text
     access = [line for line in lines if line["logger"] == "ferryq.server.access"]
@@ -240,11 +202,11 @@ def test_the_server_logs_every_request_as_a_json_line(sqlite_url: str, tmp_path:
 
 
 def test_a_server_at_warning_logs_no_requests(sqlite_url: str, tmp_path: Path) -> None:
-    stderr = tmp_path / "server.stderr"
-    process, api, _ = serve(sqlite_url, stderr, "--log-format", "json", "--log-level", "warning")
+    server = serve(sqlite_url, tmp_path, "--log-format", "json", "--log-level", "warning")
+    api = server.api
     try:
         with httpx.Client(timeout=30) as client:
             assert client.get(f"{api}/healthz").status_code == 200
     finally:
-        stop(process)
-    assert json_lines(stderr.read_text()) == []
+        assert server.stop() == 0, server.stderr()
+    assert json_lines(server.stderr()) == []
