@@ -340,7 +340,8 @@ def report(figures: Figures, sides: list[Side], heading: str) -> None:
             a, b = (statistics.median(v[index] for v in by_side[s.name]) * scale for s in sides)
             if math.isnan(a) or math.isnan(b):
                 continue
-            print(f"  {label + ', ' + unit:32}{a:>16,.1f}{b:>16,.1f}{b / a:>12.3f}x")
+            ratio = f"{b / a:>12.3f}x" if a else f"{'-':>13}"  # e.g. no kernel time at all
+            print(f"  {label + ', ' + unit:32}{a:>16,.1f}{b:>16,.1f}{ratio}")
 
 
 def main() -> None:
