@@ -110,6 +110,9 @@ class Completer:
                 self._take = max(1, len(batch) // 2)
                 self._again_now = refusal
         self._pending[:0] = batch
+        if batch:  # run() may be waiting: the claiming cycle took these, not run()
+            self._idle.clear()
+            self._wake.set()
 
     def written(self, batch: list[Finish], report: FinishReport) -> None:
         self._in_flight -= len(batch)

@@ -27,6 +27,7 @@ class FakeDatabase:
         self.completer, self.refusing = completer, refusing
         self.stored: dict[int, Finish] = {}
         self.writes = 0
+        self.wrote = asyncio.Event()
 
     async def flush(self) -> None:
         self.writes += 1
@@ -36,6 +37,7 @@ class FakeDatabase:
             raise Refused("no")
         self.stored.update((f.id, f) for f in batch)
         self.completer.written(batch, FinishReport([f.id for f in batch], []))
+        self.wrote.set()
 
 
 def _replaced(f: Finish) -> bool:
@@ -96,6 +98,24 @@ async def test_a_write_cut_off_by_the_stop_is_put_back_whole() -> None:
     (lone,) = batch[1:2]
     completer.restore([lone], asyncio.CancelledError(), alone=True)
     assert completer.pending[0] is lone  # a cut-off lone finish is not replaced either
+
+
+async def test_finishes_a_claiming_cycle_failed_to_write_are_written_by_the_completer() -> None:
+    """The producer's cycle writes finishes too: when its write fails it puts them back,
+    and the completer, idle meanwhile, must write them (the producer claims nothing
+    while they are in doubt), though no new finish comes to wake it."""
+    completer, database = completer_over(set())
+    running = asyncio.create_task(completer.run())
+    for job_id in range(3):
+        completer.add(finish(job_id))
+    batch = completer.take()  # the claiming cycle, before run() got to them
+    await asyncio.sleep(0)  # run() finds nothing pending and waits
+    completer.restore(batch, ConnectionResetError(), alone=False)
+    assert completer.in_doubt
+    await asyncio.wait_for(database.wrote.wait(), 30)  # a bound on a hang
+    assert sorted(database.stored) == [0, 1, 2] and not completer.in_doubt
+    await completer.drain(within=60)
+    await running
 
 
 async def test_a_refusal_is_blamed_on_a_finish_only_when_it_was_written_alone() -> None:
