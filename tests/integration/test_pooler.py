@@ -6,7 +6,8 @@ work through it.
 The first tests prove the pooler itself (tests/pgbouncer.py): it is in transaction mode
 (statements outside a transaction go to whichever server connection is free), it
 refuses session settings in the startup packet, and a client that keeps no session
-state (no statement cache, every statement in a transaction) works through it. The
+state (no statement cache, every statement in a transaction) works through it, and it
+comes back on its port after a kill. The
 others are the store's pooler mode seen from outside: an App enqueues, a worker runs the
 jobs, the results come back.
 """
@@ -127,6 +128,23 @@ def test_psycopg_without_prepared_statements_works_in_explicit_transactions(
             with conn.transaction():
                 row = conn.execute("SELECT %s::int * 2", (i,)).fetchone()
             assert row == (2 * i,)
+
+
+def test_a_killed_pooler_starts_again_on_its_port(pgbouncer: Bouncer, pgbouncer_url: str) -> None:
+    """What tests of a pooler that goes away build on: a client's connection dies with
+    the pooler, and the pooler comes back where clients look for it."""
+    port = pgbouncer.port
+    with connect(pgbouncer_url) as cut_off:
+        backend_pid(cut_off)
+        pgbouncer.kill()
+        with pytest.raises(psycopg.OperationalError):
+            backend_pid(cut_off)
+    with pytest.raises(psycopg.OperationalError):
+        connect(pgbouncer_url)
+    pgbouncer.start()
+    assert pgbouncer.port == port
+    with connect(pgbouncer_url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 @pytest.fixture
