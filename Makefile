@@ -1,6 +1,10 @@
 # The two commands a new user runs: `make demo` and `make test`.
 # `make check` is the quick tier for the edit loop: lint, types, and the unit and
 # conformance tests on SQLite with fewer hypothesis examples (no PostgreSQL, no browser).
+# `make test` needs PostgreSQL's server binaries, pgbouncer and Chromium from the
+# machine's packages (the scripts/ensure-*.sh install them when run as root): the tests
+# start their own PostgreSQL, and their own PgBouncer in transaction mode in front of it
+# (tests/pgbouncer.py), never the packages' services.
 .PHONY: demo test check lint bench ab clean
 
 # pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
@@ -19,6 +23,7 @@ demo:
 test:
 	@scripts/venv.sh test
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-pgbouncer.sh
 	@scripts/ensure-chromium.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .

@@ -3,7 +3,8 @@
 Every backend-neutral test takes ``backend_url``; adding a backend means adding a
 parameter here, not rewriting tests. ``pg_cluster``, ``pg_url`` and ``pg_empty_url``
 (tests/pg.py) give tests a throwaway PostgreSQL and a fresh database on it, migrated or
-empty.
+empty; ``pgbouncer`` and ``pgbouncer_url`` (tests/pgbouncer.py) a PgBouncer in
+transaction mode in front of it, and a fresh database through that.
 
 Hypothesis runs under one of three profiles (``HYPOTHESIS_PROFILE``): ``full`` (the
 default, and ``make test``), ``check`` (``make check``, the quick tier: a fifth of the
@@ -25,6 +26,7 @@ from hypothesis import HealthCheck, settings
 import ferryq
 from ferryq.store import Store, open_store
 from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
+from tests.pgbouncer import pgbouncer, pgbouncer_url  # noqa: F401  (fixtures)
 from tests.processes import Processes
 
 BACKENDS = ["sqlite", "postgres"]
