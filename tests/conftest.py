@@ -28,6 +28,12 @@ from tests.pg import pg_cluster, pg_empty_url, pg_url  # noqa: F401  (fixtures)
 from tests.processes import Processes
 
 BACKENDS = ["sqlite", "postgres"]
+#: PostgreSQL as a store behind a transaction pooler sees it (``?pooler=transaction``):
+#: every statement in a transaction of its own, leadership by lease, waits that poll.
+#: The conformance suite runs on it as a third backend (tests/conformance/conftest.py);
+#: against the plain server, since the mode's code must work there too.
+POOLED = "postgres-pooled"
+POSTGRES_BACKENDS = {"postgres", POOLED}
 START = 1_800_000_000.0
 
 FULL_EXAMPLES = 100  # hypothesis's own default
@@ -76,7 +82,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = list(callspec.params.values()) if callspec is not None else []
-        if "pg_cluster" in getattr(item, "fixturenames", ()) or "postgres" in params:
+        named = any(isinstance(p, str) and p in POSTGRES_BACKENDS for p in params)
+        if "pg_cluster" in getattr(item, "fixturenames", ()) or named:
             item.add_marker(pytest.mark.postgres)
 
 
@@ -137,9 +144,26 @@ def clock() -> FrozenClock:
 
 @pytest.fixture(params=BACKENDS)
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_of_backend(request, tmp_path)
+
+
+def url_of_backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh database of the backend ``request.param`` names."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/ferryq.db"
-    return str(request.getfixturevalue("pg_url"))
+    url = str(request.getfixturevalue("pg_url"))
+    return pooled_url(url) if request.param == POOLED else url
+
+
+def pooled_url(url: str) -> str:
+    """``url`` with ``pooler=transaction`` added to its query."""
+    return f"{url}{'&' if '?' in url else '?'}pooler=transaction"
+
+
+def server_url(url: str) -> str:
+    """A backend's URL as a driver takes it, for a test's own connection: without the
+    ``pooler`` parameter, which is ferryq's."""
+    return url.replace("&pooler=transaction", "").replace("?pooler=transaction", "")
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Maintenance on PostgreSQL, the leader's duties: promotion of due jobs, the leases
 that ran out, expiry, the history's partitions (ferryq.store.postgres.partitions),
-and leadership itself: a session advisory lock on a connection of its own.
+and leadership itself: a session advisory lock on a connection of its own, or,
+behind a transaction pooler, a lease row (``LeaseLeadership``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 import asyncpg
 
@@ -62,7 +64,9 @@ class Leadership:
         self._leading: set[str] = set()
         self._turn = asyncio.Lock()
 
-    async def acquire(self, name: str) -> bool:
+    async def acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        """Whether this store leads ``name`` (the lock is this store's: ``holder``,
+        ``ttl`` and ``now`` are the lease's, ``LeaseLeadership``)."""
         async with self._turn:
             return await self._acquire(name)
 
@@ -95,7 +99,7 @@ class Leadership:
             raise
         return conn
 
-    async def release(self, name: str) -> None:
+    async def release(self, name: str, holder: str) -> None:
         async with self._turn:
             if self._conn is not None and name in self._leading:
                 self._leading.discard(name)
@@ -114,3 +118,32 @@ class Leadership:
             # Its event loop may be gone already: closing is then best effort.
             with contextlib.suppress(RuntimeError):
                 conn.terminate()
+
+
+class LeaseLeadership:
+    """Leadership by name behind a transaction pooler: a row of ``ferryq_leaders``
+    held until ``expires_at``, renewed each round, as on SQLite. A session advisory
+    lock would belong to whichever server connection the pooler lent, and be released
+    (or kept) as it pleases. A leader that stops renewing (killed, frozen, cut off)
+    is followed by another once its lease has run out."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        params = {"name": name, "holder": holder, "expires_at": now + ttl, "now": now}
+        return bool(await self._db.session(_lease, "leader_acquire", params, transaction=False))
+
+    async def release(self, name: str, holder: str) -> None:
+        params = {"name": name, "holder": holder}
+        await self._db.session(_lease, "leader_release", params, transaction=False)
+
+    async def close(self) -> None:
+        """Nothing of its own to close: a lease outlives the store until it runs out."""
+
+    def terminate(self) -> None:
+        """As ``close``."""
+
+
+async def _lease(conn: Conn, statement: str, params: dict[str, object]) -> list[Any]:
+    return await run(conn, Q[statement], **params)
