@@ -359,6 +359,9 @@ RETURNING 1;
 -- name: leader_release
 DELETE FROM ferryq_leaders WHERE name = :name AND holder = :holder RETURNING 1;
 
+-- name: leader_lease
+SELECT holder, expires_at FROM ferryq_leaders WHERE name = :name;
+
 -- name: lane_lock
 -- Serialises the decisions about a lane (released at commit). Taken in key order, and
 -- before any job row, so two transactions never wait on each other in a circle. The
