@@ -73,6 +73,9 @@ class App:
     ``read_only=True`` suits a program that only reads (the CLI's ``jobs ls``,
     ``stats``…): a SQLite file that does not exist is an error instead of a new empty
     database, and one this process cannot write is opened to read.
+    ``direct_url`` (else ``FERRYQ_DIRECT_URL``): PostgreSQL behind a pooler, the same
+    database reached without it, for wake-ups (docs/operations.md, "Behind a
+    connection pooler").
     """
 
     def __init__(
@@ -83,8 +86,10 @@ class App:
         clock: Callable[[], float] = time.time,
         max_payload_bytes: int = 1 << 20,
         read_only: bool = False,
+        direct_url: str | None = None,
     ) -> None:
         self.url = url or os.environ.get("FERRYQ_URL") or DEFAULT_URL
+        self.direct_url = direct_url or os.environ.get("FERRYQ_DIRECT_URL") or None
         self.read_only = read_only
         JobOptions(namespace=namespace).validate()
         self.namespace = namespace
@@ -230,7 +235,9 @@ class App:
                 for ended in [other for other in self._stores if other.is_closed()]:
                     gone.append(self._stores.pop(ended))
                     self._closers.pop(ended, None)
-                store = self._stores[loop] = open_store(self.url, read_only=self.read_only)
+                store = self._stores[loop] = open_store(
+                    self.url, read_only=self.read_only, direct_url=self.direct_url
+                )
                 created = True
             else:
                 created = False

@@ -30,6 +30,12 @@ from tests.pgbouncer import pgbouncer, pgbouncer_url  # noqa: F401  (fixtures)
 from tests.processes import Processes
 
 BACKENDS = ["sqlite", "postgres"]
+#: PostgreSQL as a store behind a transaction pooler sees it (``?pooler=transaction``):
+#: every statement in a transaction of its own, leadership by lease, waits that poll.
+#: The conformance suite runs on it as a third backend (tests/conformance/conftest.py);
+#: against the plain server, since the mode's code must work there too.
+POOLED = "postgres-pooled"
+POSTGRES_BACKENDS = {"postgres", POOLED}
 START = 1_800_000_000.0
 
 FULL_EXAMPLES = 100  # hypothesis's own default
@@ -78,7 +84,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = list(callspec.params.values()) if callspec is not None else []
-        if "pg_cluster" in getattr(item, "fixturenames", ()) or "postgres" in params:
+        named = any(isinstance(p, str) and p in POSTGRES_BACKENDS for p in params)
+        if "pg_cluster" in getattr(item, "fixturenames", ()) or named:
             item.add_marker(pytest.mark.postgres)
 
 
@@ -139,9 +146,27 @@ def clock() -> FrozenClock:
 
 @pytest.fixture(params=BACKENDS)
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_of_backend(request, tmp_path)
+
+
+def url_of_backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh database of the backend ``request.param`` names."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/ferryq.db"
+    if request.param == POOLED:  # through a real PgBouncer in transaction mode
+        return pooled_url(str(request.getfixturevalue("pgbouncer_url")))
     return str(request.getfixturevalue("pg_url"))
+
+
+def pooled_url(url: str) -> str:
+    """``url`` with ``pooler=transaction`` added to its query."""
+    return f"{url}{'&' if '?' in url else '?'}pooler=transaction"
+
+
+def server_url(url: str) -> str:
+    """A backend's URL as a driver takes it, for a test's own connection: without the
+    ``pooler`` parameter, which is ferryq's."""
+    return url.replace("&pooler=transaction", "").replace("?pooler=transaction", "")
 
 
 @pytest.fixture

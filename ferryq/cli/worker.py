@@ -47,6 +47,8 @@ WORKER_SWITCH_INTERVAL = 0.001
               help="Seconds running jobs get to finish on SIGTERM/SIGINT.")  # fmt: skip
 @click.option("--retention-days", type=FiniteFloat(min=0, min_open=True), default=14.0,
               show_default=True, help="Days finished jobs stay in history.")  # fmt: skip
+@click.option("--direct-url", envvar="FERRYQ_DIRECT_URL", show_envvar=True,
+              help="Behind a pooler: the database reached directly, for wake-ups.")  # fmt: skip
 @log_level_option
 @log_format_option
 @click.pass_context
@@ -60,11 +62,14 @@ def worker(
     prefetch: int | None,
     grace: float,
     retention_days: float,
+    direct_url: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app)."""
     app = configured(load_app(target), settings(ctx))
+    if direct_url:
+        app.direct_url = direct_url
     logs.configure(log_level, log_format)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     options = {"concurrency": concurrency, "queues": names, "burst": burst,

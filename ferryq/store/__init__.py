@@ -18,11 +18,13 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@", 1)))
 
 
-def open_store(url: str, *, read_only: bool = False) -> Store:
+def open_store(url: str, *, read_only: bool = False, direct_url: str | None = None) -> Store:
     """A store for ``url`` (``sqlite:///path`` or ``postgresql://…``), not yet opened.
 
     ``read_only``: the caller only reads, so a SQLite file is never created, and one
-    that cannot be written is opened to read (PostgreSQL needs no such care)."""
+    that cannot be written is opened to read (PostgreSQL needs no such care).
+    ``direct_url``: PostgreSQL behind a pooler, the same database reached directly,
+    for LISTEN (SQLite has no use for it)."""
     if url.startswith("sqlite:"):
         from ferryq.store.sqlite.store import SQLiteStore
 
@@ -34,7 +36,7 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
             raise ConfigurationError(
                 f"PostgreSQL needs asyncpg: pip install 'ferryq[postgres]' ({exc})"
             ) from None
-        return PostgresStore.from_url(url)
+        return PostgresStore.from_url(url, direct_url)
     raise ConfigurationError(
         f"unsupported database URL {url!r}: use sqlite:///path/to.db or postgresql://…"
     )

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ferryq.store import open_store
+from tests.conftest import server_url
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ class ModelBackend:
                 for table in self.tables:
                     conn.execute(f"DELETE FROM {table}")
         else:
-            with psycopg.connect(self.url, autocommit=True) as conn:
+            with psycopg.connect(server_url(self.url), autocommit=True) as conn:
                 conn.execute(f"TRUNCATE {', '.join(self.tables)}")
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from ferryq.store.base import Finish, FinishKind
 from ferryq.store.postgres.store import PostgresStore
 from tests.conformance.jobs import NS, insert
 from tests.conformance.model_backend import ModelBackend
-from tests.conftest import START, examples
+from tests.conftest import START, examples, server_url
 
 T = TypeVar("T")
 DAY = 86400.0
@@ -56,7 +56,7 @@ class Backend(ModelBackend):
             with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
                 conn.execute("UPDATE ferryq_history_folded SET hid = 0")
             return
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with psycopg.connect(server_url(self.url), autocommit=True) as conn:
             for (name,) in conn.execute(
                 "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
                 "WHERE t.tgname = 'ferryq_history_counted'"

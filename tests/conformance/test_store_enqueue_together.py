@@ -25,7 +25,7 @@ from ferryq.store.base import Inserted, JobFilter, NewJob
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.store.sqlite.store import SQLiteStore
 from tests.conformance.jobs import new_job
-from tests.conftest import START
+from tests.conftest import START, server_url
 
 NOW = START
 
@@ -82,7 +82,7 @@ async def held_up(store: Store, backend_url: str) -> AsyncIterator[Callable[[int
         finally:
             store._db.lock.release()
         return
-    blocker = await asyncpg.connect(backend_url)
+    blocker = await asyncpg.connect(server_url(backend_url))
     transaction = blocker.transaction()
     await transaction.start()
     await blocker.execute("LOCK TABLE ferryq_jobs IN SHARE MODE")

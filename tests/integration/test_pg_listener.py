@@ -10,6 +10,7 @@ import pytest
 
 from ferryq.store import open_store
 from ferryq.store.postgres.store import PostgresStore
+from ferryq.store.postgres.waits import Listener
 
 
 async def test_a_wait_cancelled_while_the_listener_connects_leaves_no_deaf_listener(
@@ -35,7 +36,7 @@ async def test_a_wait_cancelled_while_the_listener_connects_leaves_no_deaf_liste
         monkeypatch.setattr(asyncpg.connection.Connection, "add_listener", real_add)
 
         listener = store._waits.listener
-        assert listener is not None and listener.conn is None  # not a deaf connection
+        assert isinstance(listener, Listener) and listener.conn is None  # not a deaf connection
         assert await listener.ready()  # listens again, for real
         assert listener.conn is not None
         listener.done.clear()

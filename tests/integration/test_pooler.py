@@ -25,16 +25,11 @@ from psycopg.rows import TupleRow
 
 import ferryq
 from ferryq.testing import drain_async
+from tests.conftest import pooled_url
 from tests.pgbouncer import POOL_SIZE, Bouncer
 from tests.processes import Processes, python
 
 TASKS = "tests.integration.cli_tasks:app"  # its task "echo" returns its argument
-NEEDS_POOLER_MODE = pytest.mark.xfail(strict=True, reason="pooler mode lands in wt-pooler")
-
-
-def pooled(url: str) -> str:
-    """``url`` with the store's switch for a transaction pooler."""
-    return f"{url}{'&' if '?' in url else '?'}pooler=transaction"
 
 
 def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[TupleRow]:
@@ -149,7 +144,7 @@ def test_a_killed_pooler_starts_again_on_its_port(pgbouncer: Bouncer, pgbouncer_
 
 @pytest.fixture
 async def app(pgbouncer_url: str) -> AsyncIterator[ferryq.App]:
-    application = ferryq.App(pooled(pgbouncer_url))
+    application = ferryq.App(pooled_url(pgbouncer_url))
     yield application
     await application.aclose()
     application.close()
@@ -163,7 +158,6 @@ def _double(app: ferryq.App) -> ferryq.Task[[int], Coroutine[Any, Any, int]]:
     return double
 
 
-@NEEDS_POOLER_MODE
 async def test_an_app_in_pooler_mode_enqueues_runs_and_returns_results(
     app: ferryq.App,
 ) -> None:
@@ -180,7 +174,6 @@ async def test_an_app_in_pooler_mode_enqueues_runs_and_returns_results(
     ]
 
 
-@NEEDS_POOLER_MODE
 async def test_an_app_in_pooler_mode_enqueues_in_the_callers_transaction(
     app: ferryq.App, pgbouncer_url: str
 ) -> None:
@@ -200,7 +193,6 @@ async def test_an_app_in_pooler_mode_enqueues_in_the_callers_transaction(
     assert await kept.result_async(timeout=30) == 42
 
 
-@NEEDS_POOLER_MODE
 async def test_a_worker_process_in_pooler_mode_runs_what_an_app_enqueued(
     app: ferryq.App, pgbouncer_url: str, processes: Processes
 ) -> None:
@@ -213,7 +205,7 @@ async def test_a_worker_process_in_pooler_mode_runs_what_an_app_enqueued(
     handles = [await echo.enqueue_async(f"job {n}") for n in range(POOL_SIZE)]
     worker = processes.start(
         python("ferryq", "worker", TASKS, "--burst", "--concurrency", str(POOL_SIZE * 2)),
-        env={"FERRYQ_URL": pooled(pgbouncer_url)},
+        env={"FERRYQ_URL": pooled_url(pgbouncer_url)},
         name="worker",
     )
     code = await asyncio.to_thread(worker.wait)

@@ -119,9 +119,12 @@ class Claims:
         try:
             # Each statement commits by itself: the promotion need not wait for the
             # claim, and two round trips fewer (BEGIN, COMMIT) is pickup latency saved.
+            # Behind a transaction pooler each would be in a transaction of its own
+            # (connection.PooledConn): one for both costs two round trips fewer.
             return await self._db.session(
-                claim, namespace, queues, limit, worker, now, self.rated, transaction=False
-            )
+                claim, namespace, queues, limit, worker, now, self.rated,
+                transaction=self._db.pooling.transaction,
+            )  # fmt: skip
         finally:
             turn.end()
 
@@ -132,8 +135,9 @@ class Claims:
         await self._waits.claiming()  # as a claim: what is enqueued next wakes us
         # Each statement commits by itself, as a claim's do.
         return await self._db.session(
-            take, namespace, queue, limit, worker, ttr, now, self.rated, transaction=False
-        )
+            take, namespace, queue, limit, worker, ttr, now, self.rated,
+            transaction=self._db.pooling.transaction,
+        )  # fmt: skip
 
 
 async def claim(

@@ -5,7 +5,9 @@ Every call runs on a pooled connection through ``Database.session``: a connectio
 lost before the work began (a pooled connection the server closed, a server still
 starting) is always tried again; one lost half-way only when the work is safe to run
 twice. Enqueues have a pool of their own, with generic plans (see INSERT_SETTINGS),
-and keep one of its connections out of the pool between commits.
+and keep one of its connections out of the pool between commits. Behind a
+transaction pooler (ferryq.store.postgres.pooler) every statement runs in an
+explicit transaction (``PooledConn``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncpg
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog, one_line
 from ferryq.store import safe_url
+from ferryq.store.postgres.pooler import assignments, pooling_of, set_statements
 from ferryq.store.postgres.queries import Q, Statement
 
 log = logging.getLogger("ferryq.store.postgres")
@@ -48,6 +51,12 @@ SESSION_SETTINGS = {
 GENERIC_PLANS = "plan_cache_mode = force_generic_plan"
 #: The enqueues' connections: the insert has one good plan whatever its values.
 INSERT_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+#: Behind a transaction pooler, the settings each transaction begins with (``SET
+#: LOCAL``). Of SESSION_SETTINGS only the idle timeout still matters: no statement is
+#: kept prepared there, and an unnamed one is planned for its own parameters at its one
+#: run whatever ``plan_cache_mode`` says (so the enqueues' generic plans, which pay
+#: only when a plan is kept, go too); ``application_name`` is the pooler's business.
+TRANSACTION_SETTINGS = {"idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT}
 #: Commits of enqueue calls under way at once. One: the calls that queue while it
 #: waits for its fsync go in the next together (two at once made smaller batches,
 #: and fewer calls a second).
@@ -76,8 +85,13 @@ class Database:
     """The store's pools on one server. ``ready`` once the store has opened."""
 
     def __init__(self, url: str, *, min_size: int, max_size: int) -> None:
-        self.url = url
+        self.pooling = pooling = pooling_of(url)
+        self.url = pooling.url  # without ``pooler=``: the parameter is ferryq's
         self.safe_url = safe_url(url)
+        # A transaction pooler's: what begins every transaction (see PooledConn).
+        self.begin: str | None = None
+        if pooling.transaction:
+            self.begin = "BEGIN" + assignments({**TRANSACTION_SETTINGS, **pooling.settings})
         self._min_size, self._max_size = min_size, max_size
         self.pool: asyncpg.Pool | None = None
         # Enqueues have connections of their own, with generic plans: planning the
@@ -91,21 +105,24 @@ class Database:
 
     @property
     def settings(self) -> dict[str, str]:
-        """The settings of the store's sessions (SESSION_SETTINGS, less the URL's own)."""
+        """The settings of the store's sessions (SESSION_SETTINGS, less the URL's own;
+        behind a pooler, with the URL's own)."""
+        if self.pooling.pooled:
+            return {**SESSION_SETTINGS, **self.pooling.settings}
         return _session_settings(self.url)
 
     async def connect(self) -> None:
         """Make the pools; a wrong URL or a server out of reach is a StoreError now."""
         try:
             self.pool = await asyncpg.create_pool(
-                self.url, min_size=self._min_size, max_size=self._max_size,
-                server_settings=self.settings, reset=_reset,
+                self.url, min_size=self._min_size, max_size=self._max_size, reset=_reset,
+                **self._pool_options(self.settings),
             )  # fmt: skip
             async with self.pool.acquire() as conn:  # a wrong URL says so now, once
                 await conn.execute("SELECT 1")
             self.inserts_pool = await asyncpg.create_pool(
-                self.url, min_size=0, max_size=INSERT_CONNECTIONS,
-                server_settings={**self.settings, **INSERT_SETTINGS}, reset=_reset,
+                self.url, min_size=0, max_size=INSERT_CONNECTIONS, reset=_reset,
+                **self._pool_options({**self.settings, **INSERT_SETTINGS}),
             )  # fmt: skip
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError) as exc:  # fmt: skip
@@ -113,6 +130,23 @@ class Database:
             # half-way: an InternalClientError, one line like any other here.)
             await self.close()
             raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
+
+    def _pool_options(self, settings: dict[str, str]) -> dict[str, Any]:
+        """How a pool's connections get ``settings``: in the startup packet; behind a
+        session pooler, which refuses settings there, by a ``SET`` on each new
+        connection; behind a transaction pooler, by each transaction (``begin``), with
+        no statement kept prepared (the next transaction may be on another server
+        connection)."""
+        if self.pooling.transaction:
+            return {"statement_cache_size": 0}
+        if self.pooling.pooled:
+            statements = set_statements(settings)
+
+            async def init(conn: Conn) -> None:
+                await conn.execute(statements)
+
+            return {"init": init}
+        return {"server_settings": settings}
 
     async def give_back_kept(self) -> None:
         """The enqueues' kept connection goes back to its pool, unless a commit uses it."""
@@ -172,6 +206,8 @@ class Database:
             begun = False
             try:
                 async with self._acquire(inserts) as conn:
+                    if self.begin is not None:  # a transaction pooler: its own settings
+                        conn, settings = PooledConn(conn, self.begin), None
                     if not transaction:
                         begun = True
                         result = await op(conn, *args)
@@ -259,13 +295,18 @@ def runner(conn: Conn) -> Callable[[Statement, dict[str, Any]], Awaitable[list[A
     return lambda statement, params: run(conn, statement, **params)
 
 
-@contextlib.asynccontextmanager
-async def transaction_with(conn: Conn, settings: str) -> AsyncIterator[None]:
+def transaction_with(conn: Conn, settings: str) -> contextlib.AbstractAsyncContextManager[None]:
     """A transaction begun together with ``SET LOCAL settings``, in one round trip
-    (asyncpg's ``transaction()`` sends BEGIN alone): committed if the block ends
+    (asyncpg's ``transaction()`` sends BEGIN alone)."""
+    return transaction_begun(conn, f"BEGIN; SET LOCAL {settings}")
+
+
+@contextlib.asynccontextmanager
+async def transaction_begun(conn: Conn, begin: str) -> AsyncIterator[None]:
+    """A transaction begun by the simple query ``begin``: committed if the block ends
     normally, else rolled back. A lost connection cannot be; its server ends the
     transaction, and the pool's ``_reset`` catches any other left open."""
-    await conn.execute(f"BEGIN; SET LOCAL {settings}")
+    await conn.execute(begin)
     try:
         yield
     except BaseException:
@@ -273,6 +314,77 @@ async def transaction_with(conn: Conn, settings: str) -> AsyncIterator[None]:
             await conn.execute("ROLLBACK")
         raise
     await conn.execute("COMMIT")
+
+
+class PooledConn:
+    """A pooled connection through a transaction pooler, which may give each of its
+    transactions another server connection. asyncpg sends a statement with parameters
+    in two round trips (an unnamed Parse, then Bind and Execute): only a transaction
+    keeps both on one server connection. So a statement sent outside a transaction runs
+    in one of its own, and every transaction begins with ``begin`` (``BEGIN; SET LOCAL
+    …``, one round trip). A ``transaction()`` inside one is a savepoint (asyncpg's own
+    refuses to nest in a transaction it did not begin). A simple query (no
+    parameters) is one round trip, its own implicit transaction: sent as it is."""
+
+    def __init__(self, conn: Conn, begin: str) -> None:
+        self._conn = conn
+        self._begin = begin
+        self._savepoints = 0
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        async with self._alone():
+            return list(await self._conn.fetch(sql, *args))
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        async with self._alone():
+            return await self._conn.fetchval(sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any:
+        async with self._alone():
+            return await self._conn.fetchrow(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        if not args:
+            return str(await self._conn.execute(sql))
+        async with self._alone():
+            return str(await self._conn.execute(sql, *args))
+
+    def transaction(self, isolation: str | None = None) -> Any:
+        if self._conn.is_in_transaction():
+            return self._savepoint()
+        begin = self._begin
+        if isolation is not None:
+            level = isolation.replace("_", " ").upper()
+            begin = begin.replace("BEGIN", f"BEGIN ISOLATION LEVEL {level}", 1)
+        return transaction_begun(self._conn, begin)
+
+    async def copy_from_query(self, sql: str, *, output: Any) -> str:
+        """Without parameters: one simple query, as ``execute``'s."""
+        return str(await self._conn.copy_from_query(sql, output=output))
+
+    def is_in_transaction(self) -> bool:
+        return bool(self._conn.is_in_transaction())
+
+    def is_closed(self) -> bool:
+        return bool(self._conn.is_closed())
+
+    def _alone(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        if self._conn.is_in_transaction():
+            return contextlib.nullcontext()
+        return transaction_begun(self._conn, self._begin)
+
+    @contextlib.asynccontextmanager
+    async def _savepoint(self) -> AsyncIterator[None]:
+        self._savepoints += 1
+        name = f"ferryq_{self._savepoints}"
+        await self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(*CONNECTION_LOST):
+                await self._conn.execute(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+            raise
+        await self._conn.execute(f"RELEASE SAVEPOINT {name}")
 
 
 def _usable(conn: Conn) -> bool:

@@ -71,7 +71,10 @@ class Inserts:
         """Once the pools are made: the sync callers' own connection."""
         self.loop = asyncio.get_running_loop()
         settings = {**self._db.settings, **INSERT_SETTINGS}
-        self.on_thread = ThreadInserts(self._db.url, self._db.safe_url, settings, insert_with)
+        self.on_thread = ThreadInserts(
+            self._db.url, self._db.safe_url, settings, insert_with,
+            pooled=self._db.pooling.pooled, begin=self._db.begin,
+        )  # fmt: skip
 
     async def close(self) -> None:
         """After the store stopped taking calls: wait for the commits under way."""

@@ -1,6 +1,7 @@
 """Maintenance on PostgreSQL, the leader's duties: promotion of due jobs, the leases
 that ran out, expiry, the history's partitions (ferryq.store.postgres.partitions),
-and leadership itself: a session advisory lock on a connection of its own.
+and leadership itself: a session advisory lock on a connection of its own, or,
+behind a transaction pooler, a lease row (``LeaseLeadership``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 import asyncpg
 
@@ -22,6 +24,9 @@ from ferryq.store.postgres.queries import Q
 log = logging.getLogger("ferryq.store.postgres")
 #: A frozen leader's session ends after this long, so its lock passes on.
 LEADER_IDLE_TIMEOUT = "10s"
+#: A lease row is renewed once this share of its time has gone (a third: every 1.7 s
+#: of a 5 s lease), so a leader stalled for up to two thirds of it stays the leader.
+RENEW_AFTER = 1 / 3
 
 
 async def promote_due(db: Database, now: float, limit: int) -> int:
@@ -62,7 +67,9 @@ class Leadership:
         self._leading: set[str] = set()
         self._turn = asyncio.Lock()
 
-    async def acquire(self, name: str) -> bool:
+    async def acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        """Whether this store leads ``name`` (the lock is this store's: ``holder``,
+        ``ttl`` and ``now`` are the lease's, ``LeaseLeadership``)."""
         async with self._turn:
             return await self._acquire(name)
 
@@ -95,7 +102,7 @@ class Leadership:
             raise
         return conn
 
-    async def release(self, name: str) -> None:
+    async def release(self, name: str, holder: str) -> None:
         async with self._turn:
             if self._conn is not None and name in self._leading:
                 self._leading.discard(name)
@@ -114,3 +121,48 @@ class Leadership:
             # Its event loop may be gone already: closing is then best effort.
             with contextlib.suppress(RuntimeError):
                 conn.terminate()
+
+
+class LeaseLeadership:
+    """Leadership by name behind a transaction pooler: a row of ``ferryq_leaders``
+    held until ``expires_at``, renewed each round, as on SQLite. A session advisory
+    lock would belong to whichever server connection the pooler lent, and be released
+    (or kept) as it pleases. A leader that stops renewing (killed, frozen, cut off)
+    is followed by another once its lease has run out."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
+        return await self._db.session(_lease_acquire, name, holder, ttl, now)
+
+    async def release(self, name: str, holder: str) -> None:
+        params = {"name": name, "holder": holder}
+        await self._db.session(_lease, "leader_release", params, transaction=False)
+
+    async def close(self) -> None:
+        """Nothing of its own to close: a lease outlives the store until it runs out."""
+
+    def terminate(self) -> None:
+        """As ``close``."""
+
+
+async def _lease_acquire(conn: Conn, name: str, holder: str, ttl: float, now: float) -> bool:
+    """Take or renew the lease, writing only when that changes something: a lease
+    another holds and has not run out, or this holder's with more than RENEW_AFTER of
+    its time left, is only read. Every write ends a transaction that wrote, which wakes
+    the polls of every idle worker (waits.Poller): with a write at every round (0.5 s)
+    of every worker, ten idle workers woke each other forty times a second."""
+    lease = await run(conn, Q["leader_lease"], name=name)
+    if lease:
+        lease_holder, expires_at = lease[0]
+        if lease_holder != holder and expires_at >= now:
+            return False
+        if lease_holder == holder and expires_at - now > ttl * (1 - RENEW_AFTER):
+            return True
+    params = {"name": name, "holder": holder, "expires_at": now + ttl, "now": now}
+    return bool(await run(conn, Q["leader_acquire"], **params))
+
+
+async def _lease(conn: Conn, statement: str, params: dict[str, object]) -> list[Any]:
+    return await run(conn, Q[statement], **params)

@@ -11,6 +11,11 @@ through the event loop, which commits them together and rides out outages.
 A connection lost before the insert was sent costs nothing: the call goes through
 the loop. One lost while it ran leaves the insert's outcome unknown, so the call
 fails with StoreError, as it would on the loop (an enqueue is not run twice).
+
+Behind a pooler the settings cannot go in the startup packet: a session pooler's
+connection gets them by ``SET`` once connected; behind a transaction pooler each
+insert runs in a transaction begun as the store's are (``begin``), and psycopg
+prepares no statement (its ``prepare_threshold``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from ferryq.errors import StoreError
 from ferryq.faults import one_line
 from ferryq.store.base import Inserted, NewJob
 from ferryq.store.flows import drive
+from ferryq.store.postgres.pooler import set_statements
 from ferryq.store.postgres.queries import Statement
 
 log = logging.getLogger("ferryq.store.postgres")
@@ -41,9 +47,15 @@ CONNECT_TIMEOUT = 5
 class ThreadInserts:
     """One connection for sync enqueues, used by one thread at a time."""
 
-    def __init__(self, url: str, safe_url: str, settings: dict[str, str], insert: Insert):
+    def __init__(
+        self, url: str, safe_url: str, settings: dict[str, str], insert: Insert, *,
+        pooled: bool = False, begin: str | None = None,
+    ) -> None:  # fmt: skip
         self._url, self._safe_url = url, safe_url
         self._options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        self._pooled = pooled  # behind a pooler: settings by SET, or in ``begin``
+        self._set = set_statements(settings)
+        self._begin = begin
         self._insert = insert
         self._lock = threading.Lock()
         self._conn: Any = None
@@ -88,18 +100,27 @@ class ThreadInserts:
             self._next_connect = float("inf")
             return None
         try:
-            # Options the URL gives (a search_path…) apply here as they do on asyncpg's
-            # connections: ours are added to them, not put in their place.
-            given = psycopg.conninfo.conninfo_to_dict(self._url).get("options") or ""
-            options = f"{given} {self._options}".strip()
-            self._conn = psycopg.connect(self._url, autocommit=True, options=options,
-                                         connect_timeout=CONNECT_TIMEOUT)  # fmt: skip
+            self._conn = self._connect(psycopg)
         except Exception as exc:  # the loop's pool says what is wrong, and waits
             self._next_connect = time.monotonic() + RETRY_CONNECT
             log.debug("no connection of its own for sync enqueues (%s): %s",
                       self._safe_url, one_line(exc))  # fmt: skip
             return None
         return self._conn
+
+    def _connect(self, psycopg: Any) -> Any:
+        if self._pooled:
+            conn = psycopg.connect(self._url, autocommit=True, prepare_threshold=None,
+                                   connect_timeout=CONNECT_TIMEOUT)  # fmt: skip
+            if self._begin is None:  # a session pooler: the session keeps them
+                conn.execute(self._set)
+            return conn
+        # Options the URL gives (a search_path…) apply here as they do on asyncpg's
+        # connections: ours are added to them, not put in their place.
+        given = psycopg.conninfo.conninfo_to_dict(self._url).get("options") or ""
+        options = f"{given} {self._options}".strip()
+        return psycopg.connect(self._url, autocommit=True, options=options,
+                               connect_timeout=CONNECT_TIMEOUT)  # fmt: skip
 
     def _run(self, conn: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         import psycopg
@@ -109,7 +130,17 @@ class ThreadInserts:
             return list(cursor.fetchall()) if cursor.description else []
 
         try:
-            return drive(self._insert(run, job, args))
+            if self._begin is None:
+                return drive(self._insert(run, job, args))
+            conn.execute(self._begin)
+            try:
+                inserted = drive(self._insert(run, job, args))
+            except BaseException:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return inserted
         except psycopg.OperationalError as exc:
             if not conn.broken:
                 raise  # the server's refusal (a lock timeout, a full disk…)

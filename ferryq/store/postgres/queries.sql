@@ -348,6 +348,20 @@ SELECT pg_try_advisory_lock(hashtextextended('ferryq:leader:' || :name, 7));
 -- name: leader_unlock
 SELECT pg_advisory_unlock(hashtextextended('ferryq:leader:' || :name, 7));
 
+-- name: leader_acquire
+-- Behind a transaction pooler: the lease row, taken when free or run out, renewed by
+-- its holder (a row back: held).
+INSERT INTO ferryq_leaders (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE ferryq_leaders.holder = excluded.holder OR ferryq_leaders.expires_at < :now
+RETURNING 1;
+
+-- name: leader_release
+DELETE FROM ferryq_leaders WHERE name = :name AND holder = :holder RETURNING 1;
+
+-- name: leader_lease
+SELECT holder, expires_at FROM ferryq_leaders WHERE name = :name;
+
 -- name: lane_lock
 -- Serialises the decisions about a lane (released at commit). Taken in key order, and
 -- before any job row, so two transactions never wait on each other in a circle. The

@@ -7,9 +7,11 @@ laid out in rooms.
   application's own connection, in its transaction;
 - ``claims``: the worker's cycle (finishes, hand-overs, claims), leases, HTTP takes;
 - ``lanes``: settling lanes after a change, under each lane's lock;
-- ``waits``: LISTEN, for the waits of idle workers and result waiters;
+- ``waits``: LISTEN (or, behind a transaction pooler without a direct URL, a poll),
+  for the waits of idle workers and result waiters;
 - ``operations``: reads and operator actions; ``maintenance``: the leader's duties
   and leadership; ``partitions``: the history's daily partitions;
+- ``pooler``: what ``?pooler=`` changes (``connection.PooledConn`` does the rest);
 - ``session``: the flows written once for both backends (ferryq.store.flows).
 
 SQLite's backend has the same rooms (ferryq/store/sqlite/), so a behaviour can be
@@ -43,11 +45,11 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.postgres import claims, maintenance, operations, partitions
+from ferryq.store.postgres import claims, identity, maintenance, operations, partitions
 from ferryq.store.postgres.claims import Claims
 from ferryq.store.postgres.connection import RECONNECT_SECONDS, Conn, Database, run
 from ferryq.store.postgres.inserts import Inserts
-from ferryq.store.postgres.maintenance import Leadership
+from ferryq.store.postgres.maintenance import Leadership, LeaseLeadership
 from ferryq.store.postgres.queries import MIGRATIONS, Q
 from ferryq.store.postgres.session import ConnSession
 from ferryq.store.postgres.waits import Waits
@@ -57,17 +59,29 @@ log = logging.getLogger("ferryq.store.postgres")
 
 
 class PostgresStore(base.Store):
-    def __init__(self, url: str, *, min_size: int = 0, max_size: int = 10) -> None:
+    """``direct_url``: the same database without a pooler in between, for LISTEN (see
+    docs/operations.md, "Behind a connection pooler")."""
+
+    def __init__(
+        self, url: str, *, min_size: int = 0, max_size: int = 10, direct_url: str | None = None
+    ) -> None:
         self.url = url
         self._db = db = Database(url, min_size=min_size, max_size=max_size)
+        self._direct_url = direct_url
         self._inserts = Inserts(db)
-        self._waits = Waits(url)
+        # Behind a transaction pooler LISTEN needs the direct URL; without one, waits poll.
+        listen_url = direct_url or (None if db.pooling.transaction else db.url)
+        self._waits = Waits(listen_url, db)
         self._claims = Claims(db, self._waits)
-        self._leadership = Leadership(url)
+        self._leadership: Leadership | LeaseLeadership = (
+            LeaseLeadership(db) if db.pooling.transaction else Leadership(db.url)
+        )
 
     @classmethod
-    def from_url(cls, url: str) -> PostgresStore:
-        return cls(url.replace("postgres://", "postgresql://", 1))
+    def from_url(cls, url: str, direct_url: str | None = None) -> PostgresStore:
+        if direct_url is not None:
+            direct_url = direct_url.replace("postgres://", "postgresql://", 1)
+        return cls(url.replace("postgres://", "postgresql://", 1), direct_url=direct_url)
 
     @property
     def safe_url(self) -> str:
@@ -100,6 +114,8 @@ class PostgresStore(base.Store):
     async def _connect(self, migrate: bool) -> None:
         try:
             await self._db.connect()
+            if self._direct_url is not None:
+                await identity.check_direct(self._db, self._direct_url)
             self._inserts.open()
             if migrate:
                 await self.migrate()
@@ -339,10 +355,10 @@ class PostgresStore(base.Store):
         return await self._db.session(partitions.fold, now, transaction=False)
 
     async def leader_acquire(self, name: str, holder: str, ttl: float, now: float) -> bool:
-        return await self._leadership.acquire(name)
+        return await self._leadership.acquire(name, holder, ttl, now)
 
     async def leader_release(self, name: str, holder: str) -> None:
-        await self._leadership.release(name)
+        await self._leadership.release(name, holder)
 
     # -- periodic tasks ----------------------------------------------------------
 

@@ -1,0 +1,3 @@
+-- PostgreSQL's 0013 adds ferryq_leaders, the lease rows of leadership behind a
+-- transaction pooler; SQLite has had it since 0001. Nothing to do here: the number is
+-- kept alike on both backends.

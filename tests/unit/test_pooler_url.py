@@ -1,0 +1,75 @@
+"""``?pooler=`` in a PostgreSQL URL (ferryq.store.postgres.pooler): parsed, stripped
+before the URL reaches asyncpg, refused when unknown."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferryq.errors import StoreError
+from ferryq.store.postgres.connection import Database
+from ferryq.store.postgres.pooler import assignments, pooling_of
+
+BASE = "postgresql://u:secret@db.example:6432/app"
+
+
+def test_a_url_without_pooler_is_left_as_it_is() -> None:
+    url = f"{BASE}?sslmode=require&idle_in_transaction_session_timeout=30s"
+    pooling = pooling_of(url)
+    assert (pooling.mode, pooling.url, pooling.settings) == ("none", url, {})
+    assert not pooling.pooled and not pooling.transaction
+
+
+def test_pooler_none_is_only_stripped() -> None:
+    pooling = pooling_of(f"{BASE}?search_path=app&pooler=none")
+    assert (pooling.mode, pooling.url, pooling.settings) == ("none", f"{BASE}?search_path=app", {})
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session", "Transaction"])
+def test_behind_a_pooler_the_settings_leave_the_url(mode: str) -> None:
+    url = f"{BASE}?pooler={mode}&sslmode=require&idle_in_transaction_session_timeout=30s"
+    pooling = pooling_of(url)
+    assert pooling.mode == mode.lower() and pooling.pooled
+    assert pooling.url == f"{BASE}?sslmode=require"  # what asyncpg reads itself stays
+    assert pooling.settings == {"idle_in_transaction_session_timeout": "30s"}
+
+
+@pytest.mark.parametrize("value", ["transactions", "statement", "", "yes"])
+def test_an_unknown_pooler_is_refused_naming_the_allowed_values(value: str) -> None:
+    with pytest.raises(StoreError) as refused:
+        pooling_of(f"{BASE}?pooler={value}")
+    message = str(refused.value)
+    assert "pooler=transaction" in message and "pooler=session" in message
+    assert "pooler=none" in message and "secret" not in message  # no password shown
+
+
+def test_two_different_pooler_values_are_refused() -> None:
+    with pytest.raises(StoreError, match="unknown pooler"):
+        pooling_of(f"{BASE}?pooler=transaction&pooler=session")
+
+
+def test_a_setting_name_that_is_not_one_is_refused() -> None:
+    with pytest.raises(StoreError, match="not a server setting"):
+        pooling_of(f"{BASE}?pooler=transaction&a%3Bb=1")
+
+
+def test_settings_become_set_local_with_their_quotes_doubled() -> None:
+    assert assignments({"a": "1", "search_path": "o'x"}) == (
+        "; SET LOCAL a = '1'; SET LOCAL search_path = 'o''x'"
+    )
+
+
+def test_a_transaction_pooler_begins_every_transaction_with_the_settings() -> None:
+    db = Database(f"{BASE}?pooler=transaction&lock_timeout=1s", min_size=0, max_size=1)
+    assert db.url == BASE and db.pooling.transaction
+    assert db.begin == (
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '10s'"
+        "; SET LOCAL lock_timeout = '1s'"
+    )
+    assert Database(BASE, min_size=0, max_size=1).begin is None  # the default: nothing changes
+
+
+def test_the_store_refuses_an_unknown_pooler_when_made() -> None:
+    from ferryq.store import open_store
+
+    with pytest.raises(StoreError, match="unknown pooler=bouncer"):
+        open_store(f"{BASE}?pooler=bouncer")
