@@ -39,6 +39,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -63,7 +64,7 @@ from ferryq.store.sqlite import lanes as sqlite_lanes
 from ferryq.worker.maintenance import Maintenance
 from tests.conformance.jobs import NS, new_job
 from tests.conformance.model_backend import ModelBackend
-from tests.conftest import FULL_EXAMPLES, START
+from tests.conftest import BACKENDS, FULL_EXAMPLES, START, url_of_backend
 from tests.conftest import examples as examples_of
 
 T = TypeVar("T")
@@ -376,6 +377,15 @@ class LaneMachine(RuleBasedStateMachine):
             lane = self.jobs[job_id].lane
             if rule_for(self.lane_rules.values(), lane).on_dead == "halt":
                 self.halted.setdefault(lane, job_id)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """SQLite and PostgreSQL, not the pooled store (tests/conformance/conftest.py): a
+    model checks what the statements do, and behind a pooler they are the same
+    statements, reached another way; the example tests and the dependency and rate
+    models check that way through the real pooler."""
+    return url_of_backend(request, tmp_path)
 
 
 @pytest.fixture
