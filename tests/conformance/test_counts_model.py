@@ -13,7 +13,6 @@ import math
 import sqlite3
 from collections import Counter
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -31,9 +30,10 @@ from hypothesis.stateful import (
 from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.store.postgres.store import PostgresStore
+from tests.conformance.backends import backend_url as backend_url  # not pooled
 from tests.conformance.jobs import NS, insert
 from tests.conformance.model_backend import ModelBackend
-from tests.conftest import BACKENDS, START, examples, server_url, url_of_backend
+from tests.conftest import START, examples, server_url
 
 T = TypeVar("T")
 DAY = 86400.0
@@ -129,15 +129,6 @@ class CountsMachine(RuleBasedStateMachine):
         expected = Counter((NS, queue, state) for queue, state, _ in self.jobs.values())
         assert self.run(self.store.job_counts(NS)) == dict(expected)
         assert self.run(self.store.job_counts(None)) == dict(expected)
-
-
-@pytest.fixture(params=BACKENDS)
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """SQLite and PostgreSQL, not the pooled store (tests/conformance/conftest.py): a
-    model checks what the statements do, and behind a pooler they are the same
-    statements, reached another way; the example tests and the dependency and rate
-    models check that way through the real pooler."""
-    return url_of_backend(request, tmp_path)
 
 
 @pytest.fixture

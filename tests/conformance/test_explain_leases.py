@@ -11,6 +11,7 @@ from ferryq import insights
 from ferryq.insights import WORKER_ALIVE_SECONDS, when
 from ferryq.store import Store
 from ferryq.store.base import WorkerInfo
+from tests.conformance.backends import backend_url as backend_url  # not pooled
 from tests.conformance.jobs import NS, claim_one, insert
 from tests.conftest import FrozenClock
 

@@ -13,6 +13,7 @@ from ferryq import _render, insights
 from ferryq.insights import when
 from ferryq.store import Store
 from ferryq.store.base import Finish, WorkerInfo
+from tests.conformance.backends import backend_url as backend_url  # not pooled
 from tests.conformance.jobs import NS, claim_one, insert
 from tests.conftest import FrozenClock
 

@@ -39,7 +39,6 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -62,9 +61,10 @@ from ferryq.store.base import Claimed, Finish
 from ferryq.store.postgres import lanes as pg_lanes
 from ferryq.store.sqlite import lanes as sqlite_lanes
 from ferryq.worker.maintenance import Maintenance
+from tests.conformance.backends import backend_url as backend_url  # not pooled
 from tests.conformance.jobs import NS, new_job
 from tests.conformance.model_backend import ModelBackend
-from tests.conftest import BACKENDS, FULL_EXAMPLES, START, url_of_backend
+from tests.conftest import FULL_EXAMPLES, START
 from tests.conftest import examples as examples_of
 
 T = TypeVar("T")
@@ -377,15 +377,6 @@ class LaneMachine(RuleBasedStateMachine):
             lane = self.jobs[job_id].lane
             if rule_for(self.lane_rules.values(), lane).on_dead == "halt":
                 self.halted.setdefault(lane, job_id)
-
-
-@pytest.fixture(params=BACKENDS)
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """SQLite and PostgreSQL, not the pooled store (tests/conformance/conftest.py): a
-    model checks what the statements do, and behind a pooler they are the same
-    statements, reached another way; the example tests and the dependency and rate
-    models check that way through the real pooler."""
-    return url_of_backend(request, tmp_path)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from ferryq.lanes import LaneRule, Rate
 from ferryq.store import Store
 from ferryq.store.base import Finish, FinishKind
 from ferryq.worker.maintenance import Maintenance
+from tests.conformance.backends import backend_url as backend_url  # not pooled
 from tests.conformance.jobs import NS, claim_one, insert, succeed
 from tests.conftest import START
 
