@@ -33,6 +33,7 @@ from ferryq.store.postgres.connection import (
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.store.postgres.waits import JOBS_CHANNEL
 from ferryq.testing import drain_async
+from ferryq.worker.producer import Producer
 from tests.conformance.jobs import new_job
 from tests.conftest import START
 
@@ -387,15 +388,24 @@ async def test_the_wrong_kind_of_connection_is_refused(app: ferryq.App, pg_url: 
         await conn.close()
 
 
-async def test_a_notification_wakes_an_idle_worker(app: ferryq.App) -> None:
+async def test_a_notification_wakes_an_idle_worker(
+    app: ferryq.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker looks again by itself only after an hour (its fallback is 1 s): a
+    # result at all came by NOTIFY. The timeout is a bound on a hang, not a speed.
+    make_producer = Producer.__init__
+
+    def idle_for_an_hour(self: Producer, *args: Any, **kwargs: Any) -> None:
+        make_producer(self, *args, **{**kwargs, "max_idle": 3600.0})
+
+    monkeypatch.setattr(Producer, "__init__", idle_for_an_hour)
     double = _tasks(app)
     worker = ferryq.Worker(app, handle_signals=False)
     runner = asyncio.create_task(worker.run())
     try:
-        # The worker's poll fallback is 1 s; a result well inside that came by NOTIFY.
         for n in range(5):
             handle = await double.enqueue_async(n)
-            assert await handle.result_async(timeout=0.5) == 2 * n
+            assert await handle.result_async(timeout=60) == 2 * n
     finally:
         worker.stop()
         await runner
