@@ -359,7 +359,14 @@ def _stop_and_delete(base: Path, account: _Account, bindir: Path) -> None:
 
 def _reap_orphans(root: Path, account: _Account, bindir: Path) -> None:
     """Clusters left by sessions that died without cleaning up (SIGKILL, os._exit)."""
-    for base in root.glob(f"{DIR_PREFIX}*"):
+    for base in orphans(root, DIR_PREFIX, account):
+        _stop_and_delete(base, account, bindir)
+
+
+def orphans(root: Path, prefix: str, account: _Account) -> Iterator[Path]:
+    """The directories ``prefix*`` of ``account`` under ``root`` whose session (the pid
+    in their ``owner`` file) is gone."""
+    for base in root.glob(f"{prefix}*"):
         try:
             if not account.owns(base):
                 continue
@@ -370,10 +377,9 @@ def _reap_orphans(root: Path, account: _Account, bindir: Path) -> None:
             os.kill(owner, 0)
             continue  # its session is still running
         except ProcessLookupError:
-            pass
+            yield base
         except PermissionError:
             continue
-        _stop_and_delete(base, account, bindir)
 
 
 class ExternalCluster:

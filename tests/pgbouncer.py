@@ -46,6 +46,7 @@ from tests.pg import (
     _temp_root,
     fresh_database,
     in_ci,
+    orphans,
 )
 
 BINARY_ENV = "FERRYQ_TEST_PGBOUNCER"
@@ -256,20 +257,7 @@ def _quoted(text: str) -> str:
 def _reap_orphans(root: Path, account: _Account) -> None:
     """Directories left by sessions that died without cleaning up (their poolers died
     with them: the parent-death signal)."""
-    for base in root.glob(f"{DIR_PREFIX}*"):
-        try:
-            if not account.owns(base):
-                continue
-            owner = int((base / "owner").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(owner, 0)
-            continue  # its session is still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+    for base in orphans(root, DIR_PREFIX, account):
         shutil.rmtree(base, ignore_errors=True)
 
 
