@@ -17,8 +17,10 @@ from the server's code: these tests are the protocol's side of the contract.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -48,6 +50,21 @@ LIMIT_MESSAGE = "reach the limit rate, please retry later"
 MiB = 1 << 20
 
 Params = Mapping[str, str | int]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def http_client(base_url: str, **options: Any) -> httpx.Client:
+    """An HTTP client for a server under test. Its TLS context, never used on these
+    plain-HTTP URLs, is made once for the run: httpx makes one for every client
+    otherwise, loading the system's certificates, a tenth of a second with the machine
+    busy, twice a test."""
+    return httpx.Client(base_url=base_url, verify=_tls(), **options)
+
+
 Case = TypeVar("Case")
 
 
@@ -102,10 +119,10 @@ class ServerProcess:
         return self.process.stop(STOP_SECONDS)
 
     def admin_client(self, auth: tuple[str, str] | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self.admin, timeout=HTTP_TIMEOUT, auth=auth or self.admin_auth)
+        return http_client(self.admin, timeout=HTTP_TIMEOUT, auth=auth or self.admin_auth)
 
     def api_client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.api, timeout=HTTP_TIMEOUT)
+        return http_client(self.api, timeout=HTTP_TIMEOUT)
 
     def create_token(self, namespace: str, description: str = "ferryq tests") -> str:
         """A new token for ``namespace`` through the admin API."""
@@ -325,8 +342,8 @@ class Lmstfy:
         """
         sent = threading.Event()
         with (
-            httpx.Client(
-                base_url=self.server.api,
+            http_client(
+                self.server.api,
                 timeout=HTTP_TIMEOUT,
                 headers={"X-Token": self.token},
                 event_hooks={"request": [lambda _request: sent.set()]},

@@ -21,7 +21,7 @@ import ferryq
 from ferryq import testing
 from ferryq.store import open_store
 from ferryq.store.base import PeriodicEntry
-from tests.server.harness import ServerProcess, new_namespace
+from tests.server.harness import ServerProcess, http_client, new_namespace
 
 MiB = 1 << 20
 
@@ -33,9 +33,7 @@ class V1:
         self.server = server
         self.namespace = new_namespace()
         self.token = server.create_token(self.namespace)
-        self.http = httpx.Client(
-            base_url=f"{server.api}/v1", headers={"X-Token": self.token}, timeout=30
-        )
+        self.http = http_client(f"{server.api}/v1", headers={"X-Token": self.token}, timeout=30)
 
     def close(self) -> None:
         self.http.close()
