@@ -19,6 +19,7 @@ import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -76,6 +77,24 @@ class FrozenClock:
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+
+#: Packages whose fixtures are costly and package-wide (the dashboard's browser, and its
+#: server per backend with a story told): pytest-xdist gives each whole to one worker,
+#: where the tests of any other folder go module by module (``--dist loadscope``).
+WHOLE_PACKAGES = ("tests/dashboard/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PackageScopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            whole = next((p for p in WHOLE_PACKAGES if nodeid.startswith(p)), None)
+            return whole if whole is not None else str(super()._split_scope(nodeid))
+
+    return PackageScopes(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
