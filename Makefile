@@ -10,10 +10,11 @@
 # pytest-xdist workers. Each starts its own throwaway PostgreSQL (tests/pg.py); a test
 # module stays on one worker (--dist loadscope), so a module's server starts once, and
 # modules go in the order collected (acceptance first: few tests, but the longest), not
-# most tests first, which left the longest to the end. Three on two cores: most of a
-# test's time is spent waiting for processes and the disk, and a third worker fills it
-# (with a core kept busy beside: 9:05 with two, 7:15 with three, every test green).
-PYTEST_WORKERS ?= 3
+# most tests first, which left the longest to the end. Four on two cores: most of a
+# test's time is spent waiting for processes, servers and the network of loopback, and
+# the extra workers fill it (pytest alone, a core kept busy beside: 7:39 with three,
+# 6:59 with four, every test green).
+PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 demo:
