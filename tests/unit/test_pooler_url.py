@@ -1,12 +1,13 @@
-"""``?pooler=`` in a PostgreSQL URL (ferryq.store.postgres.pooler): parsed, stripped
-before the URL reaches asyncpg, refused when unknown."""
+"""``?pooler=`` and ``?connections=`` in a PostgreSQL URL (ferryq.store.postgres.pooler):
+parsed, stripped before the URL reaches asyncpg, refused when unknown; the budget of
+connections as a store spends it (ferryq.store.postgres.connection.Budget)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ferryq.errors import StoreError
-from ferryq.store.postgres.connection import Database
+from ferryq.store.postgres.connection import DEFAULT_CONNECTIONS, Budget, Database
 from ferryq.store.postgres.pooler import assignments, pooling_of
 
 BASE = "postgresql://u:secret@db.example:6432/app"
@@ -59,13 +60,13 @@ def test_settings_become_set_local_with_their_quotes_doubled() -> None:
 
 
 def test_a_transaction_pooler_begins_every_transaction_with_the_settings() -> None:
-    db = Database(f"{BASE}?pooler=transaction&lock_timeout=1s", min_size=0, max_size=1)
+    db = Database(f"{BASE}?pooler=transaction&lock_timeout=1s")
     assert db.url == BASE and db.pooling.transaction
     assert db.begin == (
         "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '10s'"
         "; SET LOCAL lock_timeout = '1s'"
     )
-    assert Database(BASE, min_size=0, max_size=1).begin is None  # the default: nothing changes
+    assert Database(BASE).begin is None  # the default: nothing changes
 
 
 def test_the_store_refuses_an_unknown_pooler_when_made() -> None:
@@ -73,3 +74,26 @@ def test_the_store_refuses_an_unknown_pooler_when_made() -> None:
 
     with pytest.raises(StoreError, match="unknown pooler=bouncer"):
         open_store(f"{BASE}?pooler=bouncer")
+
+
+def test_connections_is_ferryqs_own_and_never_reaches_the_server() -> None:
+    pooling = pooling_of(f"{BASE}?connections=3&sslmode=disable")
+    assert pooling.connections == 3 and pooling.mode == "none"
+    assert pooling.url == f"{BASE}?sslmode=disable"
+    assert pooling_of(BASE).connections is None
+
+
+@pytest.mark.parametrize("given", ["three", "", "-1", "2.5", "3&connections=4"])
+def test_connections_that_is_not_one_whole_number_is_refused(given: str) -> None:
+    with pytest.raises(StoreError, match="give one whole number"):
+        pooling_of(f"{BASE}?connections={given}")
+
+
+def test_a_budget_gives_one_to_the_session_one_to_enqueues_and_the_rest_to_the_pool() -> None:
+    assert Budget.of(3, session=True) == Budget(pool=1, inserts=1, session=1)
+    assert Budget.of(2, session=False) == Budget(pool=1, inserts=1, session=0)
+    assert Budget.of(None, session=True).total == DEFAULT_CONNECTIONS
+    with pytest.raises(StoreError, match="give connections=3 or more"):
+        Budget.of(2, session=True)
+    with pytest.raises(StoreError, match="give connections=2 or more"):
+        Budget.of(1, session=False)

@@ -18,6 +18,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
@@ -59,9 +60,9 @@ INSERT_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 TRANSACTION_SETTINGS = {"idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT}
 #: Commits of enqueue calls under way at once. One: the calls that queue while it
 #: waits for its fsync go in the next together (two at once made smaller batches,
-#: and fewer calls a second).
+#: and fewer calls a second). They share one connection (a commit whose caller was
+#: cancelled goes on, and the next waits for it).
 IN_FLIGHT = 1
-INSERT_CONNECTIONS = IN_FLIGHT + 1  # one more for a commit whose caller was cancelled
 #: How long a call keeps retrying while the server is unreachable (a restart).
 RECONNECT_SECONDS = 30.0
 CONNECTION_LOST = (
@@ -81,10 +82,49 @@ CONNECTION_LOST = (
 _REFUSALS = ("22", "23", "54")
 
 
-class Database:
-    """The store's pools on one server. ``ready`` once the store has opened."""
+@dataclass(frozen=True)
+class Budget:
+    """The most server connections a store holds, and what for: ``pool`` for its calls
+    (claims, finishes, leases, reads), one for enqueues (``inserts``), and ``session``
+    (1 or 0): LISTEN and leadership's advisory locks, on one connection (a store that
+    neither waits nor leads never opens it). Each is opened when first needed, and
+    the pool's kept while used (asyncpg closes one idle for five minutes)."""
 
-    def __init__(self, url: str, *, min_size: int, max_size: int) -> None:
+    pool: int
+    inserts: int
+    session: int
+
+    @property
+    def total(self) -> int:
+        return self.pool + self.inserts + self.session
+
+    @classmethod
+    def of(cls, connections: int | None, *, session: bool) -> Budget:
+        """``connections=N`` spent: one for the session connection if the store has
+        one, one for enqueues, the rest for the pool. None: DEFAULT_CONNECTIONS."""
+        spent = int(session) + 1
+        if connections is None:
+            connections = DEFAULT_CONNECTIONS
+        elif connections < spent + 1:
+            needs = "one to LISTEN and lead, " if session else ""
+            raise StoreError(
+                f"connections={connections} is too few: a store needs at least "
+                f"{spent + 1} ({needs}one for enqueues and one for everything else); "
+                f"give connections={spent + 1} or more"
+            )
+        return cls(connections - spent, 1, int(session))
+
+
+#: A store's connections unless ``connections=`` says otherwise (docs/operations.md,
+#: "Connections"): a worker whose handlers do not enqueue holds three of them.
+DEFAULT_CONNECTIONS = 4
+
+
+class Database:
+    """The store's pools on one server. ``ready`` once the store has opened;
+    ``budget`` how many connections each pool may hold (set before it opens)."""
+
+    def __init__(self, url: str) -> None:
         self.pooling = pooling = pooling_of(url)
         self.url = pooling.url  # without ``pooler=``: the parameter is ferryq's
         self.safe_url = safe_url(url)
@@ -92,13 +132,13 @@ class Database:
         self.begin: str | None = None
         if pooling.transaction:
             self.begin = "BEGIN" + assignments({**TRANSACTION_SETTINGS, **pooling.settings})
-        self._min_size, self._max_size = min_size, max_size
+        self.budget = Budget.of(pooling.connections, session=False)
         self.pool: asyncpg.Pool | None = None
-        # Enqueues have connections of their own, with generic plans: planning the
+        # Enqueues have a connection of their own, with generic plans: planning the
         # insert anew at every call cost more than running it.
         self.inserts_pool: asyncpg.Pool | None = None
         self._kept: Conn | None = None
-        self._kept_busy = False
+        self._kept_lock = asyncio.Lock()
         self.ready = False
         self.opening = asyncio.Lock()
         self._faults = FaultLog(log)
@@ -115,13 +155,13 @@ class Database:
         """Make the pools; a wrong URL or a server out of reach is a StoreError now."""
         try:
             self.pool = await asyncpg.create_pool(
-                self.url, min_size=self._min_size, max_size=self._max_size, reset=_reset,
+                self.url, min_size=0, max_size=self.budget.pool, reset=_reset,
                 **self._pool_options(self.settings),
             )  # fmt: skip
             async with self.pool.acquire() as conn:  # a wrong URL says so now, once
                 await conn.execute("SELECT 1")
             self.inserts_pool = await asyncpg.create_pool(
-                self.url, min_size=0, max_size=INSERT_CONNECTIONS, reset=_reset,
+                self.url, min_size=0, max_size=self.budget.inserts, reset=_reset,
                 **self._pool_options({**self.settings, **INSERT_SETTINGS}),
             )  # fmt: skip
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
@@ -150,7 +190,7 @@ class Database:
 
     async def give_back_kept(self) -> None:
         """The enqueues' kept connection goes back to its pool, unless a commit uses it."""
-        if self.inserts_pool is not None and not self._kept_busy:
+        if self.inserts_pool is not None and not self._kept_lock.locked():
             kept, self._kept = self._kept, None
             if kept is not None:
                 await _give_back(self.inserts_pool, kept)
@@ -259,30 +299,26 @@ class Database:
     async def _kept_for_inserts(self, pool: asyncpg.Pool) -> AsyncIterator[Conn]:
         """The enqueues' connection, kept out of the pool between commits: taking one
         from the pool and giving it back cost a tenth of a one-job enqueue. A second
-        commit at once (its leader's caller was cancelled) takes one from the pool."""
-        if self._kept_busy or not self.ready:
-            async with pool.acquire() as conn:
-                yield conn
-            return
-        self._kept_busy = True
-        try:
-            conn = self._kept
-            if conn is None or not _usable(conn):  # the server ended it: another
-                self._kept = None
-                if conn is not None:
-                    await _give_back(pool, conn)
-                conn = self._kept = await pool.acquire()
+        commit at once (its leader's caller was cancelled) waits for the first. A store
+        closing meanwhile gets it back as the commit ends."""
+        async with self._kept_lock:
             try:
-                yield conn
-            except BaseException:  # the pool resets or drops it; the next takes another
-                self._kept = None
-                await _give_back(pool, conn)
-                raise
-        finally:
-            self._kept_busy = False
-            if not self.ready and (kept := self._kept) is not None:  # closing meanwhile
-                self._kept = None
-                await _give_back(pool, kept)
+                conn = self._kept
+                if conn is None or not _usable(conn):  # the server ended it: another
+                    self._kept = None
+                    if conn is not None:
+                        await _give_back(pool, conn)
+                    conn = self._kept = await pool.acquire()
+                try:
+                    yield conn
+                except BaseException:  # the pool resets or drops it; the next takes another
+                    self._kept = None
+                    await _give_back(pool, conn)
+                    raise
+            finally:
+                if not self.ready and (kept := self._kept) is not None:
+                    self._kept = None
+                    await _give_back(pool, kept)
 
 
 async def run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:

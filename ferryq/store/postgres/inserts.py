@@ -68,8 +68,12 @@ class Inserts:
         return len(self._waiting) + len(self._from_threads)
 
     def open(self) -> None:
-        """Once the pools are made: the sync callers' own connection."""
+        """Once the pools are made: the sync callers' own connection, unless the URL
+        sets a budget of connections (``connections=``), which it would go beyond: the
+        sync calls then go through the event loop, on the enqueues' connection."""
         self.loop = asyncio.get_running_loop()
+        if self._db.pooling.connections is not None:
+            return
         settings = {**self._db.settings, **INSERT_SETTINGS}
         self.on_thread = ThreadInserts(
             self._db.url, self._db.safe_url, settings, insert_with,

@@ -1,7 +1,7 @@
 """Maintenance on PostgreSQL, the leader's duties: promotion of due jobs, the leases
 that ran out, expiry, the history's partitions (ferryq.store.postgres.partitions),
-and leadership itself: a session advisory lock on a connection of its own, or,
-behind a transaction pooler, a lease row (``LeaseLeadership``).
+and leadership itself: a session advisory lock on the store's listening connection,
+or, behind a transaction pooler, a lease row (``LeaseLeadership``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -57,13 +58,16 @@ async def history_prune(conn: Conn, before: float, limit: int) -> int:
 
 
 class Leadership:
-    """Leadership by name: a session advisory lock per name, all held on one
-    connection of this store's, which runs one statement at a time, so maintenance
-    and the periodic loop take turns on it."""
+    """Leadership by name: a session advisory lock per name, all held on the store's
+    listening connection (``Waits.session``), one statement at a time, so maintenance
+    and the periodic loop take turns on it. A lost connection takes the locks with it;
+    the listener makes another, on which they are taken anew. The first round on a
+    connection sets its ``idle_session_timeout``: a frozen leader's session then ends,
+    and its locks pass on, while a live worker's rounds (every 0.5 s) keep it."""
 
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._conn: Conn | None = None
+    def __init__(self, session: Callable[[], Awaitable[Conn]]) -> None:
+        self._session = session
+        self._conn: Conn | None = None  # the connection the locks in _leading are on
         self._leading: set[str] = set()
         self._turn = asyncio.Lock()
 
@@ -74,33 +78,23 @@ class Leadership:
             return await self._acquire(name)
 
     async def _acquire(self, name: str) -> bool:
+        conn = await self._session()  # a StoreError while there is none
         try:
-            if self._conn is None or self._conn.is_closed():
-                self._conn, self._leading = await self._connect(), set()
+            if conn is not self._conn:  # a new session: the old one's locks are gone
+                self._conn, self._leading = conn, set()
+                await _time_out_idle(conn)
             if name in self._leading:
-                await self._conn.execute("SELECT 1")  # keeps the idle timeout away
+                await conn.execute("SELECT 1")  # keeps the idle timeout away
                 return True
-            if await self._conn.fetchval(Q["leader_try"].sql, name):
+            if await conn.fetchval(Q["leader_try"].sql, name):
                 self._leading.add(name)
                 return True
             return False
         except (*CONNECTION_LOST, asyncpg.PostgresError) as exc:
-            if self._conn is not None:
-                self._conn.terminate()  # whatever state it is in, the lock goes with it
+            # Whatever state it is in, the locks go with it; the listener makes another.
+            conn.terminate()
             self._conn, self._leading = None, set()
             raise StoreError(f"leadership check failed, not leading: {one_line(exc)}") from exc
-
-    async def _connect(self) -> Conn:
-        conn = await asyncpg.connect(self._url)
-        try:
-            await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
-        except asyncpg.UndefinedObjectError:  # before PostgreSQL 14: no such setting
-            log.warning("this PostgreSQL has no idle_session_timeout: a frozen leader "
-                        "keeps its lock until its connection ends")  # fmt: skip
-        except BaseException:  # cancelled or failed: never leave it open
-            conn.terminate()
-            raise
-        return conn
 
     async def release(self, name: str, holder: str) -> None:
         async with self._turn:
@@ -110,17 +104,20 @@ class Leadership:
                     await self._conn.fetchval(Q["leader_unlock"].sql, name)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+        """The locks end with the listening connection, which the store's waits close."""
+        self._conn, self._leading = None, set()
 
     def terminate(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            # Its event loop may be gone already: closing is then best effort.
-            with contextlib.suppress(RuntimeError):
-                conn.terminate()
+        """As ``close``."""
+        self._conn, self._leading = None, set()
+
+
+async def _time_out_idle(conn: Conn) -> None:
+    try:
+        await conn.execute(f"SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT}'")
+    except asyncpg.UndefinedObjectError:  # before PostgreSQL 14: no such setting
+        log.warning("this PostgreSQL has no idle_session_timeout: a frozen leader "
+                    "keeps its lock until its connection ends")  # fmt: skip
 
 
 class LeaseLeadership:

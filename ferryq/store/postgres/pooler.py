@@ -16,7 +16,9 @@ connection pooler").
   Every statement the store sends runs in an explicit transaction (see
   ``connection.PooledConn``), begun with the settings as ``SET LOCAL``.
 
-The ``pooler`` parameter is ferryq's: it never reaches asyncpg, nor the server.
+The ``pooler`` parameter is ferryq's: it never reaches asyncpg, nor the server; nor
+does ``connections``, the most server connections the store may hold
+(``connection.Budget``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class Pooling:
     #: Behind a pooler, the server settings the URL's query gave (``?search_path=x``),
     #: set by the store itself; empty otherwise (asyncpg sends them).
     settings: dict[str, str] = field(default_factory=dict)
+    #: ``connections=N``: the most server connections the store may hold; None for
+    #: the default.
+    connections: int | None = None
 
     @property
     def transaction(self) -> bool:
@@ -68,15 +73,17 @@ def pooling_of(url: str) -> Pooling:
     parts = urllib.parse.urlsplit(url)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     modes = [value for name, value in query if name == "pooler"]
-    if not modes:
+    budgets = [value for name, value in query if name == "connections"]
+    if not modes and not budgets:
         return Pooling("none", url)
-    mode = modes[-1].lower()
+    mode = modes[-1].lower() if modes else "none"
     if mode not in POOLER_MODES or len(set(modes)) > 1:
         raise StoreError(
             f"unknown pooler={','.join(modes)!s} in {safe_url(url)}: use pooler=transaction "
             "(PgBouncer's transaction mode and the like), pooler=session or pooler=none"
         )
-    rest = [(name, value) for name, value in query if name != "pooler"]
+    connections = _connections(budgets, url)
+    rest = [(name, value) for name, value in query if name not in ("pooler", "connections")]
     settings: dict[str, str] = {}
     if mode != "none":
         settings = {name: value for name, value in rest if name not in CONNECTION_PARAMETERS}
@@ -85,7 +92,20 @@ def pooling_of(url: str) -> Pooling:
             if not _SETTING_NAME.match(name):
                 raise StoreError(f"{name!r} in {safe_url(url)} is not a server setting")
     stripped = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
-    return Pooling(mode, stripped, settings)
+    return Pooling(mode, stripped, settings, connections)
+
+
+def _connections(given: list[str], url: str) -> int | None:
+    """``connections=N``'s N: a whole number, given once (how few is too few depends on
+    what else the store holds: ``connection.Budget``)."""
+    if not given:
+        return None
+    if len(set(given)) > 1 or not given[-1].isdigit():
+        raise StoreError(
+            f"connections={','.join(given)} in {safe_url(url)} is not a number of "
+            "connections: give one whole number, e.g. connections=3"
+        )
+    return int(given[-1])
 
 
 def assignments(settings: dict[str, str]) -> str:

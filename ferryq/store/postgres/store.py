@@ -47,7 +47,7 @@ from ferryq.store.base import (
 )
 from ferryq.store.postgres import claims, identity, maintenance, operations, partitions
 from ferryq.store.postgres.claims import Claims
-from ferryq.store.postgres.connection import RECONNECT_SECONDS, Conn, Database, run
+from ferryq.store.postgres.connection import RECONNECT_SECONDS, Budget, Conn, Database, run
 from ferryq.store.postgres.inserts import Inserts
 from ferryq.store.postgres.maintenance import Leadership, LeaseLeadership
 from ferryq.store.postgres.queries import MIGRATIONS, Q
@@ -62,19 +62,20 @@ class PostgresStore(base.Store):
     """``direct_url``: the same database without a pooler in between, for LISTEN (see
     docs/operations.md, "Behind a connection pooler")."""
 
-    def __init__(
-        self, url: str, *, min_size: int = 0, max_size: int = 10, direct_url: str | None = None
-    ) -> None:
+    def __init__(self, url: str, *, direct_url: str | None = None) -> None:
         self.url = url
-        self._db = db = Database(url, min_size=min_size, max_size=max_size)
+        self._db = db = Database(url)
         self._direct_url = direct_url
         self._inserts = Inserts(db)
         # Behind a transaction pooler LISTEN needs the direct URL; without one, waits poll.
         listen_url = direct_url or (None if db.pooling.transaction else db.url)
+        db.budget = Budget.of(db.pooling.connections, session=listen_url is not None)
         self._waits = Waits(listen_url, db)
         self._claims = Claims(db, self._waits)
+        # Leadership's advisory locks live on the listening connection, a session of
+        # the server's own; behind a transaction pooler, a lease row instead.
         self._leadership: Leadership | LeaseLeadership = (
-            LeaseLeadership(db) if db.pooling.transaction else Leadership(db.url)
+            LeaseLeadership(db) if db.pooling.transaction else Leadership(self._waits.session)
         )
 
     @classmethod

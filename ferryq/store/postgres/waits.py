@@ -6,6 +6,10 @@ caller's own timeout polls), and the connection is made again in the background.
 
 Behind a transaction pooler LISTEN has no session to live in: it runs on the direct
 URL when one is given, and otherwise the waits poll the server (``Poller``).
+
+The listening connection is the store's one session of its own on the server
+(``Waits.session``): leadership holds its advisory locks there too
+(ferryq.store.postgres.maintenance), so that a worker spends one connection on both.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterator
 
 import asyncpg
 
+from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
 from ferryq.store.postgres.connection import Conn, Database
 
@@ -67,6 +72,15 @@ class Waits:
             await _wait(listener.done, min(within, 1.0))
         listener.done.clear()
 
+    async def session(self) -> Conn:
+        """The listening connection, for the session state of this store's own that must
+        live as long as it (leadership's advisory locks); a StoreError while it is down.
+        The caller runs one statement at a time on it, and nothing else does."""
+        listener = await self.listening()
+        if not isinstance(listener, Listener) or listener.conn is None:
+            raise StoreError("no connection to PostgreSQL to listen and lead on right now")
+        return listener.conn
+
     async def listening(self) -> Listener | Poller | None:
         if self.listener is None:
             self.listener = Listener(self._url) if self._url is not None else Poller(self._db)
@@ -104,19 +118,27 @@ class Listener:
         self.jobs = asyncio.Event()
         self.done = asyncio.Event()
         self.conn: Conn | None = None
+        self._listens_on: Conn | None = None  # the connection whose LISTENs are sent
         self._retry_at = 0.0
         self._connecting = asyncio.Lock()
         self._faults = FaultLog(log)
 
     async def ready(self) -> bool:
-        if self.conn is not None and not self.conn.is_closed():
+        if self._listening():
             self._faults.succeeded("LISTEN for wake-ups (polling meanwhile)")
             return True
         async with self._connecting:  # one connection, however many callers ask at once
             return await self._connect()
 
+    def _listening(self) -> bool:
+        """Connected, and its LISTENs sent: another may use it from then on."""
+        conn = self.conn
+        if conn is None:
+            return False
+        return not conn.is_closed() and conn is self._listens_on
+
     async def _connect(self) -> bool:
-        if self.conn is not None and not self.conn.is_closed():
+        if self._listening():
             return True
         if time.monotonic() < self._retry_at:
             return False
@@ -127,6 +149,7 @@ class Listener:
                 # A server shutting down may accept the connection and then end it here.
                 await self.conn.add_listener(JOBS_CHANNEL, self._on_jobs)
                 await self.conn.add_listener(DONE_CHANNEL, self._on_done)
+                self._listens_on = self.conn
             except asyncio.CancelledError:
                 # A wait cancelled here would leave a connection that listens to
                 # nothing, taken for a listening one from then on: none is better.
