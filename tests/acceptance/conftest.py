@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import pooled_url
 from tests.processes import Process, Processes, python
 
 
@@ -46,6 +47,13 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
 def pg_workers(pg_url: str, tmp_path: Path) -> Iterator[Workers]:
     """Worker processes on a PostgreSQL database."""
     yield from _workers(pg_url, tmp_path)
+
+
+@pytest.fixture
+def pooled_workers(pgbouncer_url: str, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes on a PostgreSQL database through the session's PgBouncer, in
+    transaction mode (``pooler=transaction``, no direct URL)."""
+    yield from _workers(pooled_url(pgbouncer_url), tmp_path)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -1,4 +1,5 @@
-"""The database fails under running workers: stopped, locked, out of connections.
+"""The database fails under running workers: stopped, locked, out of connections, or
+out of reach while the pooler in front of it is down.
 
 Each test runs real worker processes whose handlers log every attempt (job, fence,
 pid, start, end), and checks what a job queue promises whatever the database does:
@@ -33,6 +34,7 @@ from ferryq.worker.leases import EXIT_STUCK
 from tests.acceptance.conftest import Workers, write_lock
 from tests.acceptance.tasks import stuck, work, work_async
 from tests.pg import LocalCluster, PgCluster
+from tests.pgbouncer import Bouncer
 from tests.processes import START_SECONDS, wait_until
 
 JOBS = 120
@@ -154,6 +156,31 @@ def test_postgres_stopped_mid_run_for_longer_than_six_leases(
         pg_cluster.start()
     app = ferryq.App(pg_workers.url)
     all_runs = settle(pg_workers, app, handles)
+    assert_stopped_within_lease(all_runs, cut_at, back_at)
+    assert not rerun_after_done(all_runs), "jobs that finished during the outage ran again"
+    app.close()
+
+
+def test_the_pooler_killed_mid_run_and_started_again_after_six_leases(
+    pooled_workers: Workers, pgbouncer: Bouncer
+) -> None:
+    """Through a transaction pooler, the pooler is what goes away (SIGKILL: every
+    client's connection and every server connection it held end at once) and comes
+    back on its port: the same promises as a server stopped."""
+    app = ferryq.App(pooled_workers.url)
+    handles = enqueue(app, outage=STOPPED)
+    app.close()  # its pooled connections would die with the pooler
+    start_workers(pooled_workers)
+    wait_for_attempts(pooled_workers, 20)
+    pgbouncer.kill()
+    cut_at = time.time()
+    try:
+        time.sleep(STOPPED)  # the outage itself
+    finally:
+        back_at = time.time()
+        pgbouncer.start()
+    app = ferryq.App(pooled_workers.url)
+    all_runs = settle(pooled_workers, app, handles)
     assert_stopped_within_lease(all_runs, cut_at, back_at)
     assert not rerun_after_done(all_runs), "jobs that finished during the outage ran again"
     app.close()
