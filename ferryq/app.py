@@ -9,13 +9,13 @@ import asyncio
 import math
 import os
 import threading
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from ferryq import _json, insights, metrics, policy
 from ferryq._portal import Portal
 from ferryq.backoff import Backoff
+from ferryq.clock import ServerClock
 from ferryq.context import Context
 from ferryq.errors import (
     ConfigurationError,
@@ -69,7 +69,9 @@ _FAILURES: dict[State, type[JobFailed]] = {
 class App:
     """A ferryq application: a database URL, a namespace, and the tasks it knows.
 
-    ``clock`` returns Unix seconds; tests pass a frozen one to control time.
+    ``clock`` returns Unix seconds; tests pass a frozen one to control time. By default
+    it is this host's clock set to the database server's (``ferryq.clock``): leases, due
+    times and recovery then do not depend on hosts' clocks agreeing.
     ``read_only=True`` suits a program that only reads (the CLI's ``jobs ls``,
     ``stats``…): a SQLite file that does not exist is an error instead of a new empty
     database, and one this process cannot write is opened to read.
@@ -83,7 +85,7 @@ class App:
         url: str | None = None,
         *,
         namespace: str = "default",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         max_payload_bytes: int = 1 << 20,
         read_only: bool = False,
         direct_url: str | None = None,
@@ -93,7 +95,7 @@ class App:
         self.read_only = read_only
         JobOptions(namespace=namespace).validate()
         self.namespace = namespace
-        self.clock = clock
+        self.clock: Callable[[], float] = ServerClock() if clock is None else clock
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Periodic] = {}  # periodic tasks, by task name
@@ -250,6 +252,8 @@ class App:
             closer = self._closers[loop] = _close_at_shutdown(store)
             await anext(closer)
         await store.open()
+        if created and isinstance(self.clock, ServerClock):
+            await self.clock.measure(store.server_time)
         return store
 
     async def operations(self) -> Operations:

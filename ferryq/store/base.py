@@ -494,6 +494,11 @@ class Store(Protocol):
     # workers
     async def worker_beat(self, worker: WorkerInfo) -> None: ...
 
+    async def server_time(self) -> float | None:
+        """The database server's clock, Unix seconds; None where the database is a file
+        on this host (ferryq.clock)."""
+        return None
+
     async def worker_remove(self, worker_id: str) -> None: ...
 
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]: ...

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ferryq import logs, metrics
 from ferryq._version import __version__
+from ferryq.clock import ServerClock
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
 from ferryq.policy import JobOptions
@@ -446,6 +447,8 @@ class Worker:
             stats=metrics.METRICS.snapshot(),
         )  # fmt: skip
         await self._store.worker_beat(info)
+        if isinstance(clock := self.app.clock, ServerClock) and clock.due():
+            await clock.measure(self._store.server_time)
 
     # -- signals -----------------------------------------------------------------
 

@@ -4,6 +4,7 @@ maintenance, leadership and workers."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -340,3 +341,14 @@ async def test_a_second_store_sees_the_same_jobs(store: Store, backend_url: str)
     assert (await claim_one(other, NOW)).id == job_id
     assert (await store.job_get(job_id)).state == State.RUNNING  # type: ignore[union-attr]
     await other.close()
+
+
+async def test_the_server_time_is_the_database_servers_clock(
+    store: Store, backend_url: str
+) -> None:
+    """PostgreSQL's clock (ferryq.clock keeps it); None for a file on this host."""
+    server = await store.server_time()
+    if backend_url.startswith("sqlite"):
+        assert server is None
+    else:
+        assert server is not None and abs(server - time.time()) < 60  # same machine

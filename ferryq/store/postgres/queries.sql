@@ -342,6 +342,10 @@ DELETE FROM ferryq_history_default
 WHERE ctid IN (SELECT ctid FROM ferryq_history_default WHERE finished_at < :before
                LIMIT :limit);
 
+-- name: server_time
+-- The server's clock (ferryq/clock.py), which every App on PostgreSQL keeps.
+SELECT extract(epoch FROM clock_timestamp())::float8;
+
 -- name: leader_try
 SELECT pg_try_advisory_lock(hashtextextended('ferryq:leader:' || :name, 7));
 

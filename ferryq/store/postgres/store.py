@@ -380,6 +380,10 @@ class PostgresStore(base.Store):
 
     # -- workers -----------------------------------------------------------------
 
+    async def server_time(self) -> float | None:
+        (row,) = await self._db.fetch("server_time")
+        return float(row[0])
+
     async def worker_beat(self, worker: WorkerInfo) -> None:
         await self._db.execute(
             "worker_beat", id=worker.id, namespace=worker.namespace,
