@@ -9,6 +9,7 @@ import asyncio
 import math
 import os
 import threading
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
@@ -95,7 +96,10 @@ class App:
         self.read_only = read_only
         JobOptions(namespace=namespace).validate()
         self.namespace = namespace
-        self.clock: Callable[[], float] = ServerClock() if clock is None else clock
+        if clock is None:  # a file on this host needs no offset (ferryq.clock)
+            on_server = self.url.startswith(("postgresql:", "postgres:"))
+            clock = ServerClock() if on_server else time.time
+        self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Periodic] = {}  # periodic tasks, by task name
