@@ -5,7 +5,8 @@ with times read on another: a worker whose clock is 30 s slow writes leases that
 already over for everyone else, and a leader 30 s fast recovers leases that are not.
 So an App on PostgreSQL keeps the server's time: its host's clock plus an offset,
 measured against ``clock_timestamp()`` when its store opens and again by a worker
-every MEASURE_EVERY seconds (half a round trip is the most it can be off by). A host
+every MEASURE_EVERY seconds (half a round trip is the most it can be off by; a
+reading within the round trip is no offset at all: ``RESOLUTION``). A host
 off by more than WARN_AFTER is told so in the log, once per change; nothing else
 changes for it. On SQLite the database is a file on the host itself: no offset.
 """
@@ -21,6 +22,10 @@ log = logging.getLogger("ferryq.clock")
 MEASURE_EVERY = 30.0
 #: An offset past this is worth a line in the log.
 WARN_AFTER = 1.0
+#: A server's reading within the round trip (give or take this) is no offset at all:
+#: the host's clock is kept as it is, exactly, as on a server on the same machine,
+#: where an offset would be nothing but the measure's own error.
+RESOLUTION = 0.01
 
 
 class ServerClock:
@@ -48,7 +53,10 @@ class ServerClock:
         self._measured_at = time.monotonic()
         if server is None:
             return
-        self.offset = server - (before + after) / 2
+        if before - RESOLUTION <= server <= after + RESOLUTION:
+            self.offset = 0.0  # they agree, as far as one round trip can tell
+        else:
+            self.offset = server - (before + after) / 2
         off = abs(self.offset) > WARN_AFTER
         if off and not self._told:
             log.warning(

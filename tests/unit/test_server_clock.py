@@ -53,3 +53,17 @@ async def test_a_host_off_is_told_once_until_it_is_right_again(
     assert len(told) == 2
     assert "30.0 s behind the database server's" in told[0]
     assert "30.0 s ahead of the database server's" in told[1]
+
+
+async def test_a_server_reading_within_the_round_trip_is_no_offset() -> None:
+    """As on a server on this very machine: the host's clock is kept exactly, so that
+    its own readings (a handler's ``time.time()``) and the App's never disagree."""
+    host = FrozenClock(1000.0)
+
+    async def server_time() -> float:
+        host.advance(0.2)
+        return 1000.0 + 0.2 - 0.001  # read just before the answer came back
+
+    clock = ServerClock(host)
+    await clock.measure(server_time)
+    assert clock.offset == 0.0 and clock() == host.now
