@@ -50,6 +50,7 @@ bench:
 	.venv/bin/python -m bench.sqlite_throughput
 	.venv/bin/python -m bench.postgres_throughput
 	.venv/bin/python -m bench.enqueue
+	.venv/bin/python -m bench.producers
 	.venv/bin/python -m bench.lanes
 	.venv/bin/python -m bench.processes
 	.venv/bin/python -m bench.http
