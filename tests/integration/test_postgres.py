@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import logging
 import socket
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -536,3 +537,24 @@ async def test_a_missing_database_gives_one_clear_error(pg_url: str) -> None:
     with pytest.raises(ferryq.StoreError, match='database "no_such_database" does not exist'):
         await app.get_job_async(1)
     app.close()
+
+
+async def test_two_prunes_at_once_drop_each_partition_once(pg_url: str) -> None:
+    """A burst's own maintenance round and its loop's (or a leader that has just lost
+    its place and the next) may prune at the same moment: each partition past the
+    retention is dropped by one of them, and the other passes it by."""
+    stores = [open_store(pg_url), open_store(pg_url)]
+    for store in stores:
+        await store.open()
+    try:
+        far = time.time() + 30 * 86400  # every partition's day is past
+        await asyncio.gather(*(store.history_prune(far, 100) for store in stores))
+        conn = await asyncpg.connect(pg_url)
+        try:
+            left = await conn.fetch(postgres_queries.Q["history_partitions"].sql)
+        finally:
+            await conn.close()
+        assert left == []
+    finally:
+        for store in stores:
+            await store.close()

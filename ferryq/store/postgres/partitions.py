@@ -66,13 +66,21 @@ async def prune(conn: Any, before: float, limit: int) -> int:
     removed = 0
     for name, _folded in await conn.fetch(Q["history_partitions"].sql):
         if (day_of(name) + 1) * DAY <= before:
-            rows = await conn.fetchval(f"SELECT count(*) FROM {name}")
             # Detaching locks ferryq_history whole, once a day. (DETACH ... CONCURRENTLY
             # would not, but it refuses while a default partition exists.) The lock
             # waits for every open reader of the history, and every finish waits
             # behind it: so it is given up after LOCK_WAIT_MS and tried next round.
             try:
                 async with conn.transaction():
+                    # Under the partition's lock, as ``ensure`` makes it: another round
+                    # (a burst's own beside the loop's, a leader that has just lost its
+                    # place) may have dropped it since the list was read.
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", name
+                    )
+                    if await conn.fetchval("SELECT to_regclass($1)", name) is None:
+                        continue
+                    rows = await conn.fetchval(f"SELECT count(*) FROM {name}")
                     await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'")
                     await conn.execute(f"ALTER TABLE ferryq_history DETACH PARTITION {name}")
                     await conn.execute(f"DROP TABLE {name}")
