@@ -23,7 +23,7 @@ import itertools
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -137,28 +137,37 @@ def wait_for_attempts(workers: Workers, count: int) -> None:
     wait_until(lambda: len(runs(workers)) >= count, within=60, what=f"{count} attempts")
 
 
-def test_postgres_stopped_mid_run_for_longer_than_six_leases(
-    pg_workers: Workers, pg_cluster: PgCluster
+def cut_off_for_six_leases(
+    workers: Workers, cut: Callable[[], None], restore: Callable[[], None]
 ) -> None:
-    if not isinstance(pg_cluster, LocalCluster):
-        pytest.skip("needs the suite's own PostgreSQL, to stop and start it")
-    app = ferryq.App(pg_workers.url)
+    """Jobs under running workers, then ``cut()`` the database off from them for STOPPED
+    seconds and ``restore()`` it: every job ends, no attempt outlives its lease, no job
+    that finished meanwhile runs again."""
+    app = ferryq.App(workers.url)
     handles = enqueue(app, outage=STOPPED)
-    app.close()  # its pooled connections would die with the server
-    start_workers(pg_workers)
-    wait_for_attempts(pg_workers, 20)
-    pg_cluster.stop()
+    app.close()  # its pooled connections would die with the way to the server
+    start_workers(workers)
+    wait_for_attempts(workers, 20)
+    cut()
     cut_at = time.time()
     try:
         time.sleep(STOPPED)  # the outage itself
     finally:
         back_at = time.time()
-        pg_cluster.start()
-    app = ferryq.App(pg_workers.url)
-    all_runs = settle(pg_workers, app, handles)
+        restore()
+    app = ferryq.App(workers.url)
+    all_runs = settle(workers, app, handles)
     assert_stopped_within_lease(all_runs, cut_at, back_at)
     assert not rerun_after_done(all_runs), "jobs that finished during the outage ran again"
     app.close()
+
+
+def test_postgres_stopped_mid_run_for_longer_than_six_leases(
+    pg_workers: Workers, pg_cluster: PgCluster
+) -> None:
+    if not isinstance(pg_cluster, LocalCluster):
+        pytest.skip("needs the suite's own PostgreSQL, to stop and start it")
+    cut_off_for_six_leases(pg_workers, pg_cluster.stop, pg_cluster.start)
 
 
 def test_the_pooler_killed_mid_run_and_started_again_after_six_leases(
@@ -167,23 +176,7 @@ def test_the_pooler_killed_mid_run_and_started_again_after_six_leases(
     """Through a transaction pooler, the pooler is what goes away (SIGKILL: every
     client's connection and every server connection it held end at once) and comes
     back on its port: the same promises as a server stopped."""
-    app = ferryq.App(pooled_workers.url)
-    handles = enqueue(app, outage=STOPPED)
-    app.close()  # its pooled connections would die with the pooler
-    start_workers(pooled_workers)
-    wait_for_attempts(pooled_workers, 20)
-    pgbouncer.kill()
-    cut_at = time.time()
-    try:
-        time.sleep(STOPPED)  # the outage itself
-    finally:
-        back_at = time.time()
-        pgbouncer.start()
-    app = ferryq.App(pooled_workers.url)
-    all_runs = settle(pooled_workers, app, handles)
-    assert_stopped_within_lease(all_runs, cut_at, back_at)
-    assert not rerun_after_done(all_runs), "jobs that finished during the outage ran again"
-    app.close()
+    cut_off_for_six_leases(pooled_workers, pgbouncer.kill, pgbouncer.start)
 
 
 def test_sqlite_write_lock_held_for_five_leases_by_another_process(workers: Workers) -> None:
