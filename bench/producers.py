@@ -2,25 +2,27 @@
 
     python -m bench.producers [--producers N] [--calls N] [--rounds N] [--peers pgqueuer]
 
-Every enqueue commits with a NOTIFY on ``ferryq_jobs`` (the wake-up of idle workers),
+An enqueue commits with a NOTIFY on ``ferryq_jobs`` (the wake-up of idle workers),
 and PostgreSQL serializes the commits of transactions that notified (one lock, held
-through the commit's flush). ``--producers`` processes (default 8), each calling
+through the commit's flush), so a store sends one per queue at most every
+``NOTIFY_EVERY`` and owes one to the enqueues between (ferryq.store.postgres.notices).
+``--producers`` processes (default 8), each calling
 ``task.enqueue()`` ``--calls`` times in a loop, as web requests do, on the durable
 throwaway cluster (bench/pg_cluster.py); the figure is the calls of all of them over
 the time from the first call to the last, after each made one warm-up call. Measured
 side by side, alternated, each on a fresh database:
 
 - ``ferryq``: as shipped;
-- ``ferryq, no NOTIFY``: the same with the NOTIFY taken out of the insert (an
-  experiment in this process tree only, not a setting: without it an idle worker
-  would wait for its poll);
+- ``ferryq, NOTIFY each``: a NOTIFY with every enqueue, as before the coalescing
+  (``NOTIFY_EVERY`` 0, in this process tree only);
+- ``ferryq, no NOTIFY``: none at all (an experiment in this process tree only, not a
+  setting: without it an idle worker would wait for its poll);
 - PGQueuer's one-job enqueue (its insert also notifies), if it is installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import multiprocessing
 import statistics
 import time
@@ -31,25 +33,22 @@ from bench.pg_cluster import cluster
 from tests.pg import fresh_database
 
 TASK = "bench.noop"
-#: What the experiment takes out: the NOTIFY call, its argument kept (still a parameter
-#: the statement uses, so its type is known).
-NOTIFY = "pg_notify('ferryq_jobs', "
-INSERTS = ("job_insert_batch", "job_insert_rows")
+KINDS = ("ferryq", "ferryq, NOTIFY each", "ferryq, no NOTIFY")
 
 
-def _without_notify() -> None:
-    from ferryq.store.postgres.queries import Q
+def _notify_as(kind: str) -> None:
+    """The experiments: what this process's stores notify."""
+    from ferryq.store.postgres import notices
 
-    for name in INSERTS:
-        statement = Q[name]
-        assert NOTIFY in statement.sql, f"{name} no longer notifies as this bench expects"
-        Q[name] = dataclasses.replace(statement, sql=statement.sql.replace(NOTIFY, "("),
-                                      pyformat=statement.pyformat.replace(NOTIFY, "("))  # fmt: skip
+    if kind == "ferryq, NOTIFY each":
+        notices.NOTIFY_EVERY = 0.0
+    elif kind == "ferryq, no NOTIFY":
+        notices.Notices.wanted = lambda self, queues: False  # type: ignore[method-assign]
+        notices.Notices.owe = lambda self, queues: None  # type: ignore[method-assign]
 
 
-def _ferryq_producer(url: str, calls: int, notify: bool, start: Callable[[], None]) -> float:
-    if not notify:
-        _without_notify()
+def _ferryq_producer(url: str, calls: int, kind: str, start: Callable[[], None]) -> float:
+    _notify_as(kind)
     app = ferryq.App(url)
     task = app.task(name=TASK)(_noop)
     try:
@@ -97,7 +96,7 @@ def _child(kind: str, url: str, calls: int, barrier: object, began: object, out:
     if kind == "pgqueuer":
         ended = _pgqueuer_producer(url, calls, start)
     else:
-        ended = _ferryq_producer(url, calls, kind == "ferryq", start)
+        ended = _ferryq_producer(url, calls, kind, start)
     out.put(ended)  # type: ignore[attr-defined]
 
 
@@ -134,7 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", default="pgqueuer")
     options = parser.parse_args()
-    kinds = ["ferryq", "ferryq, no NOTIFY"]
+    kinds = list(KINDS)
     if "pgqueuer" in options.peers.split(","):
         try:
             import pgqueuer  # type: ignore[import-not-found, unused-ignore]  # noqa: F401

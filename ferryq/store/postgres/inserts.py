@@ -5,7 +5,8 @@ IN_FLIGHT commits of calls run at once (and the commits whose leader's caller wa
 cancelled, which go on without it), each led by a call that commits every call
 queued by then; the calls queued meanwhile wait, and as a commit ends the first of
 them leads the next. A batch is one statement (``job_insert_rows``), atomic without
-BEGIN, which sends one NOTIFY per queue at its commit.
+BEGIN, which sends one NOTIFY per queue at its commit, unless the queue was notified
+a moment ago (ferryq.store.postgres.notices).
 
 A sync call from another thread inserts on that thread's own connection when no
 commit is under way (ferryq.store.postgres.on_thread), else joins the calls waiting
@@ -38,6 +39,7 @@ from ferryq.store.postgres.connection import (
     run,
     runner,
 )
+from ferryq.store.postgres.notices import Notices
 from ferryq.store.postgres.on_thread import ThreadInserts
 from ferryq.store.postgres.queries import Q, Statement
 from ferryq.store.postgres.session import RunSession
@@ -61,6 +63,7 @@ class Inserts:
         self._no_commits = asyncio.Event()  # no commit of enqueue calls under way
         self._no_commits.set()
         self._dependency_trigger = False  # known to exist (prepare_dependencies)
+        self.notices = Notices(db)
 
     @property
     def queued(self) -> int:
@@ -72,6 +75,7 @@ class Inserts:
         sets a budget of connections (``connections=``), which it would go beyond: the
         sync calls then go through the event loop, on the enqueues' connection."""
         self.loop = asyncio.get_running_loop()
+        self.notices.open()
         if self._db.pooling.connections is not None:
             return
         settings = {**self._db.settings, **INSERT_SETTINGS}
@@ -83,9 +87,11 @@ class Inserts:
     async def close(self) -> None:
         """After the store stopped taking calls: wait for the commits under way."""
         await self._no_commits.wait()
+        await self.notices.close()
         self.terminate()
 
     def terminate(self) -> None:
+        self.notices.terminate()
         if self.on_thread is not None:
             self.on_thread.close()
             self.on_thread = None
@@ -135,8 +141,11 @@ class Inserts:
             return asyncio.run_coroutine_threadsafe(locking, loop).result()
         # With no commit of calls under way, on this thread's own connection.
         if self._leaders == 0 and (on_thread := self.on_thread) is not None:
-            inserted = on_thread.insert(job, args)
+            notify = self.notices.wanted((job.queue,))
+            inserted = on_thread.insert(job, args, notify)
             if inserted is not None:
+                if not notify:
+                    self.notices.owe((job.queue,))
                 return inserted
         wake = threading.Lock()
         wake.acquire()
@@ -221,12 +230,19 @@ class Inserts:
 
     async def _insert_alike(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         # Without dedup or a lane the insert is one statement, atomic by itself.
-        return await self._db.session(
-            insert_jobs, job, args, transaction=False, idempotent=False, inserts=True
+        queues = (job.queue,)
+        notify = self.notices.wanted(queues)
+        inserted = await self._db.session(
+            insert_jobs, job, args, notify, transaction=False, idempotent=False, inserts=True
         )
+        if not notify:
+            self.notices.owe(queues)
+        return inserted
 
     async def _insert_together(self, batch: Sequence[PendingInsert]) -> None:
         jobs = [(p.job, a) for p in batch for a in p.args]
+        queues = {p.job.queue for p in batch}
+        notify = self.notices.wanted(queues)
         params = {
             "namespaces": [j.namespace for j, _ in jobs], "queues": [j.queue for j, _ in jobs],
             "tasks": [j.task for j, _ in jobs], "args": [a for _, a in jobs],
@@ -237,7 +253,7 @@ class Inserts:
             "max_tries": [j.max_tries for j, _ in jobs], "retries": [j.retry for j, _ in jobs],
             "stages": [j.stage for j, _ in jobs], "contexts": [j.context for j, _ in jobs],
             "metas": [j.meta for j, _ in jobs], "created_ats": [j.created_at for j, _ in jobs],
-            "timeouts": [j.timeout for j, _ in jobs],
+            "timeouts": [j.timeout for j, _ in jobs], "notify": notify,
         }  # fmt: skip
 
         async def insert(conn: Conn) -> list[int]:
@@ -246,6 +262,8 @@ class Inserts:
         ids = iter(
             await self._db.session(insert, transaction=False, idempotent=False, inserts=True)
         )
+        if not notify:
+            self.notices.owe(queues)
         for pending in batch:
             pending.inserted = [Inserted(next(ids), True) for _ in pending.args]
 
@@ -258,10 +276,15 @@ class Inserts:
             await self.prepare_dependencies()
         # A lane's settle is one plan for every enqueue: planning it anew each time (the
         # session's force_custom_plan) cost more than running it.
-        return await self._db.session(
-            insert_jobs, job, args,
+        queues = (job.queue,)
+        notify = self.notices.wanted(queues)
+        inserted = await self._db.session(
+            insert_jobs, job, args, notify,
             idempotent=False, settings=GENERIC_PLANS if job.lane is not None else None,
         )  # fmt: skip
+        if not notify:
+            self.notices.owe(queues)
+        return inserted
 
     async def prepare_dependencies(self) -> None:
         """The history's trigger that resolves dependencies, made by the first enqueue
@@ -278,42 +301,50 @@ class Inserts:
         self._dependency_trigger = True
 
 
-async def insert_jobs(conn: Conn, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    """Insert on ``conn`` (asyncpg), with one NOTIFY for all. With a unique_key or a
-    lane it must be inside a transaction, which holds their locks until it ends."""
-    return await insert_with(runner(conn), job, args)
+async def insert_jobs(
+    conn: Conn, job: NewJob, args: Sequence[str], notify: bool = True
+) -> list[Inserted]:
+    """Insert on ``conn`` (asyncpg), with one NOTIFY for all if ``notify``. With a
+    unique_key or a lane it must be inside a transaction, which holds their locks until
+    it ends."""
+    return await insert_with(runner(conn), job, args, notify)
 
 
 async def insert_with(
     run_one: Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]],
     job: NewJob,
     args: Sequence[str],
+    notify: bool = True,
 ) -> list[Inserted]:
     """The insert, over any driver: ``run_one`` executes one statement and returns
     rows. A job with a unique key goes through ``flows.insert_unique``, one with
-    dependencies through ``flows.insert_after``."""
+    dependencies through ``flows.insert_after``. ``notify``: the insert sends the
+    queue's wake-up NOTIFY (see ferryq.store.postgres.notices)."""
     if not args:
         return []
     if job.after:
 
         async def insert_held(held: NewJob, rest: Sequence[str]) -> list[Inserted]:
-            return await insert_with(run_one, dataclasses.replace(held, after=()), rest)
+            return await insert_with(run_one, dataclasses.replace(held, after=()), rest, notify)
 
         return await flows.insert_after(RunSession(run_one), job, args, insert_held)
     if job.unique_key is not None:
 
         async def insert(first: Sequence[str]) -> int:
-            return (await _insert_rows(run_one, job, first))[0]
+            return (await _insert_rows(run_one, job, first, notify))[0]
 
         return await flows.insert_unique(RunSession(run_one), job, args, insert)
-    return [Inserted(i, True) for i in await _insert_rows(run_one, job, args)]
+    return [Inserted(i, True) for i in await _insert_rows(run_one, job, args, notify)]
 
 
-async def _insert_rows(run_one: lanes.Run, job: NewJob, args: Sequence[str]) -> list[int]:
+async def _insert_rows(
+    run_one: lanes.Run, job: NewJob, args: Sequence[str], notify: bool
+) -> list[int]:
     # The insert takes the lane's lock itself, before its first row (again, harmlessly,
     # after the unique key's path).
-    params = {name: getattr(job, name) for name in Q["job_insert_batch"].names if name != "args"}
-    params.update(state=job.state.value, args=list(args))
+    params = {name: getattr(job, name) for name in Q["job_insert_batch"].names
+              if name not in ("args", "notify")}  # fmt: skip
+    params.update(state=job.state.value, args=list(args), notify=notify)
     ids: list[int] = (await run_one(Q["job_insert_batch"], params))[0][0]
     if job.lane is not None:  # inserted waiting: the lane admits what it has room for
         await lanes.settle(run_one, {(job.namespace, job.lane)}, job.created_at, locked=True)

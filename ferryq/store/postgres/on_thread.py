@@ -36,7 +36,7 @@ from ferryq.store.postgres.queries import Statement
 
 log = logging.getLogger("ferryq.store.postgres")
 Run = Callable[[Statement, dict[str, Any]], Coroutine[Any, Any, list[Any]]]
-Insert = Callable[[Run, NewJob, Sequence[str]], Coroutine[Any, Any, list[Inserted]]]
+Insert = Callable[[Run, NewJob, Sequence[str], bool], Coroutine[Any, Any, list[Inserted]]]
 #: After a connection could not be made, the loop takes every call this long.
 RETRY_CONNECT = 1.0
 #: Seconds a call waits for the connection before it goes through the loop instead
@@ -62,16 +62,17 @@ class ThreadInserts:
         self._closed = False
         self._next_connect = 0.0
 
-    def insert(self, job: NewJob, args: Sequence[str]) -> list[Inserted] | None:
+    def insert(self, job: NewJob, args: Sequence[str], notify: bool) -> list[Inserted] | None:
         """The jobs' ids, or None when this thread cannot insert now: the connection
-        is in use by another thread, or cannot be had."""
+        is in use by another thread, or cannot be had. ``notify``: the insert sends
+        its queue's wake-up."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
             conn = self._connection()
             if conn is None:
                 return None
-            return self._run(conn, job, args)
+            return self._run(conn, job, args, notify)
         finally:
             if self._closed:
                 self._drop()
@@ -122,7 +123,7 @@ class ThreadInserts:
         return psycopg.connect(self._url, autocommit=True, options=options,
                                connect_timeout=CONNECT_TIMEOUT)  # fmt: skip
 
-    def _run(self, conn: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+    def _run(self, conn: Any, job: NewJob, args: Sequence[str], notify: bool) -> list[Inserted]:
         import psycopg
 
         async def run(statement: Statement, params: dict[str, Any]) -> list[Any]:
@@ -131,10 +132,10 @@ class ThreadInserts:
 
         try:
             if self._begin is None:
-                return drive(self._insert(run, job, args))
+                return drive(self._insert(run, job, args, notify))
             conn.execute(self._begin)
             try:
-                inserted = drive(self._insert(run, job, args))
+                inserted = drive(self._insert(run, job, args, notify))
             except BaseException:
                 if not conn.broken:
                     conn.execute("ROLLBACK")

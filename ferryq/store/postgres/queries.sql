@@ -12,7 +12,8 @@
 
 -- name: job_insert_batch
 -- One statement for a batch of jobs alike but for their args, and its one wake-up
--- NOTIFY (delivered at commit): a single round trip, atomic without BEGIN. unnest
+-- NOTIFY (delivered at commit) when :notify (see ferryq.store.postgres.notices): a
+-- single round trip, atomic without BEGIN. unnest
 -- keeps the input order, so the identity values rise in that order; they come back
 -- as one array. The notifying CTE is volatile, hence evaluated once, by the EXISTS.
 -- Jobs of a lane take the lane's lock (as lane_lock does) before the first row goes
@@ -33,16 +34,17 @@ WITH locked AS MATERIALIZED (
     ORDER BY a.n
     RETURNING id
 ), woken AS (
-    SELECT pg_notify('ferryq_jobs', :queue)
+    SELECT pg_notify('ferryq_jobs', :queue) WHERE :notify::boolean
 )
-SELECT array_agg(id ORDER BY id) FROM inserted WHERE EXISTS (SELECT FROM woken);
+SELECT array_agg(id ORDER BY id) FROM inserted
+WHERE NOT :notify::boolean OR EXISTS (SELECT FROM woken);
 
 -- name: job_insert_rows
 -- The jobs of enqueue calls made at the same time (see ferryq.store.coalesce), none in
 -- a lane or with a unique key: one statement, atomic without BEGIN, each column an
 -- array of one element per job. The ids rise in input order, as in job_insert_batch.
--- One NOTIFY per queue: count(*) reads every row of the volatile CTE (EXISTS would
--- stop at the first).
+-- One NOTIFY per queue when :notify: count(*) reads every row of the volatile CTE
+-- (EXISTS would stop at the first).
 WITH inserted AS (
     INSERT INTO ferryq_jobs (namespace, queue, task, args, state, priority, run_at,
         order_time, expires_at, ttr, max_tries, retry, stage, context, meta, created_at,
@@ -62,8 +64,10 @@ WITH inserted AS (
     RETURNING id
 ), woken AS (
     SELECT pg_notify('ferryq_jobs', q.queue) FROM (SELECT DISTINCT unnest(:queues::text[]) AS queue) q
+    WHERE :notify::boolean
 )
-SELECT array_agg(id ORDER BY id) FROM inserted WHERE (SELECT count(*) FROM woken) > 0;
+SELECT array_agg(id ORDER BY id) FROM inserted
+WHERE NOT :notify::boolean OR (SELECT count(*) FROM woken) > 0;
 
 -- name: job_lock_unique
 -- Serialises enqueues of one key (released at commit), so dedup is atomic.

@@ -1,0 +1,157 @@
+"""The wake-up NOTIFYs of a store's enqueues: at most one per queue per NOTIFY_EVERY.
+
+An enqueue's NOTIFY (``ferryq_jobs``, the queue's name) wakes idle workers at its
+commit. PostgreSQL serializes the commits of transactions that notified, server-wide:
+one lock, held through the commit's flush. With 8 processes enqueuing one job per
+call on durable settings, the NOTIFY on every call cost a fifth of the calls
+(bench/producers.py). Within a burst of enqueues one NOTIFY per queue says all the
+others would, so a store sends one per queue at most every NOTIFY_EVERY:
+
+- an enqueue into a queue not notified for NOTIFY_EVERY notifies at its commit, as
+  before (an enqueue now and then wakes a worker as at once as ever);
+- one into a queue notified more recently does not; once it has committed, the queue
+  is owed a NOTIFY, sent on its own NOTIFY_EVERY after the last one.
+
+So every committed enqueue is followed by a NOTIFY of its queue committed after it,
+within NOTIFY_EVERY: the wake-up guarantee holds, a burst's later jobs wait at most
+that much longer for an idle worker, and a busy worker claims them anyway. A store
+closing sends what it owes first. An owed NOTIFY that cannot be sent (the server
+gone) is tried again until the store closes; the workers' own fallback looks at the
+queue (their waits' timeout) cover what it would have woken.
+
+Enqueues on the application's own connection (ferryq.store.postgres.external)
+notify at every commit: the store does not see when that commit happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+
+from ferryq.faults import FaultLog
+from ferryq.store.postgres.connection import Conn, Database
+
+log = logging.getLogger("ferryq.store.postgres")
+#: A store's least time between two NOTIFYs of one queue (see the module's text).
+#: 8 producer processes, one job per call, durable PostgreSQL: 1,639 calls/s with a
+#: NOTIFY each, 2,028 without any.
+NOTIFY_EVERY = 0.01
+NOTIFY_OWED = "SELECT pg_notify('ferryq_jobs', q) FROM unnest($1::text[]) AS q"
+#: After an owed NOTIFY failed, the next try.
+RETRY_SECONDS = 1.0
+
+
+class Notices:
+    """Which enqueues of one store notify, and the NOTIFYs owed for those that did
+    not. Its calls may come from any thread (a sync enqueue inserts on its own)."""
+
+    def __init__(self, db: Database, clock: Callable[[], float] = time.monotonic) -> None:
+        self._db = db
+        self.clock = clock
+        self._last: dict[str, float] = {}  # queue → when its last NOTIFY was decided
+        self._owed: set[str] = set()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self._faults = FaultLog(log)
+
+    def open(self) -> None:
+        """On the store's event loop, where owed NOTIFYs are sent."""
+        self._loop = asyncio.get_running_loop()
+
+    def wanted(self, queues: Collection[str]) -> bool:
+        """Whether an enqueue into ``queues`` notifies: unless each of them was
+        notified less than NOTIFY_EVERY ago. If it does, they count as notified now.
+        One that does not calls ``owe`` once committed."""
+        now = self.clock()
+        with self._lock:
+            last = self._last
+            if all(now - last.get(queue, -NOTIFY_EVERY) < NOTIFY_EVERY for queue in queues):
+                return False
+            for queue in queues:
+                last[queue] = now
+            return True
+
+    def owe(self, queues: Collection[str]) -> None:
+        """An enqueue into ``queues`` that did not notify has committed: a NOTIFY of
+        each follows, NOTIFY_EVERY after its last one."""
+        with self._lock:
+            self._owed.update(queues)
+            if self._sending is not None or self._loop is None:
+                return
+            loop = self._loop
+        if _running_loop() is loop:
+            self._start()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the store closed
+                loop.call_soon_threadsafe(self._start)
+
+    async def close(self) -> None:
+        """What is owed is sent now; then nothing more is."""
+        task, self._sending = self._sending, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with self._lock:
+            queues, self._owed = sorted(self._owed), set()
+            self._loop = None
+        if queues:
+            with contextlib.suppress(Exception):  # the store is closing: best effort
+                await self._db.session(_notify, queues, transaction=False)
+
+    def terminate(self) -> None:
+        task, self._sending, self._loop = self._sending, None, None
+        if task is not None:
+            with contextlib.suppress(RuntimeError):  # its event loop may be gone
+                task.cancel()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._sending is None and self._loop is not None:
+                self._sending = self._loop.create_task(self._send_owed())
+
+    async def _send_owed(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._owed:
+                        self._sending = None
+                        return
+                    due = min(self._last.get(queue, 0.0) for queue in self._owed) + NOTIFY_EVERY
+                if (delay := due - self.clock()) > 0:
+                    await asyncio.sleep(delay)
+                with self._lock:
+                    queues, self._owed = sorted(self._owed), set()
+                    now = self.clock()
+                    for queue in queues:
+                        self._last[queue] = now
+                try:
+                    await self._db.session(_notify, queues, transaction=False)
+                except Exception as exc:
+                    with self._lock:
+                        self._owed.update(queues)
+                    self._faults.failed("sending enqueues' wake-ups", exc)
+                    await asyncio.sleep(RETRY_SECONDS)
+                    continue
+                self._faults.succeeded("sending enqueues' wake-ups")
+        except BaseException:
+            with self._lock:
+                if self._sending is asyncio.current_task():
+                    self._sending = None
+            raise
+
+
+async def _notify(conn: Conn, queues: list[str]) -> None:
+    await conn.execute(NOTIFY_OWED, queues)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
