@@ -499,6 +499,12 @@ class Store(Protocol):
         on this host (ferryq.clock)."""
         return None
 
+    async def reserve(self) -> None:
+        """A worker's start: open the connections the store may hold while it claims,
+        so that a server or pooler that refuses them says so now, once, rather than
+        under load (a StoreError naming the fix). Nothing to do for a file."""
+        return None
+
     async def worker_remove(self, worker_id: str) -> None: ...
 
     async def worker_list(self, alive_since: float | None = None) -> list[WorkerInfo]: ...

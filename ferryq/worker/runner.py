@@ -118,6 +118,7 @@ class Worker:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         store = self._store = await self.app.store()
+        await store.reserve()
         if any(not t.is_async for t in self.app.tasks.values()):
             self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ferryq-job")
         completer = self._completer = Completer(self._on_written, store.refuses)

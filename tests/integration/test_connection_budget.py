@@ -9,6 +9,7 @@ import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -124,3 +125,33 @@ async def test_a_budget_too_small_or_not_a_number_is_refused_at_start(
     with pytest.raises(ferryq.StoreError, match="connections="):
         await app.store()
     await app.aclose()
+
+
+def test_a_worker_whose_budget_the_server_refuses_exits_at_start_naming_connections(
+    pg_url: str, processes: Processes
+) -> None:
+    """A role allowed two connections (a superuser has no limit), a worker whose budget
+    asks for four: it opens those it claims with as it starts, and stops there with one
+    line, nothing run."""
+    role = f"ferryq_two_{urlsplit(pg_url).path.lstrip('/')}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2 "
+                      "IN ROLE pg_read_all_data, pg_write_all_data")  # fmt: skip
+        admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+        try:
+            worker = processes.start(
+                python("ferryq", "worker", TASKS, "--burst"),
+                env={"FERRYQ_URL": f"{_as_role(pg_url, role)}?connections=4"}, name="worker",
+            )  # fmt: skip
+            code = worker.wait()
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+    errors = [line for line in worker.stderr().splitlines() if line.startswith("Error:")]
+    assert code != 0 and len(errors) == 1, worker.describe()
+    assert "too many connections" in errors[0] and "connections=3 at the least" in errors[0]
+
+
+def _as_role(url: str, role: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))

@@ -213,3 +213,47 @@ async def test_a_worker_process_in_pooler_mode_runs_what_an_app_enqueued(
     assert [await handle.result_async(timeout=30) for handle in handles] == [
         f"job {n}" for n in range(POOL_SIZE)
     ]
+
+
+# -- a URL that says otherwise than the pooler does: one line at the start, naming the fix
+
+
+async def test_a_url_without_pooler_at_a_transaction_pooler_is_refused_naming_the_switch(
+    pgbouncer_url: str,
+) -> None:
+    app = ferryq.App(pgbouncer_url)
+    with pytest.raises(ferryq.StoreError, match="add pooler=transaction to the URL"):
+        await app.store()
+    await app.aclose()
+
+
+async def test_pooler_session_at_a_transaction_pooler_is_refused_naming_the_mode(
+    pgbouncer_url: str,
+) -> None:
+    """Its LISTENs and leadership's locks would be lost between two statements."""
+    app = ferryq.App(f"{pgbouncer_url}?pooler=session")
+    with pytest.raises(ferryq.StoreError, match="give pooler=transaction instead"):
+        await app.store()
+    await app.aclose()
+
+
+def test_a_worker_whose_budget_the_pooler_refuses_exits_at_start_naming_connections(
+    pgbouncer: Bouncer, pgbouncer_url: str, processes: Processes
+) -> None:
+    """PgBouncer's max_client_conn leaves room for fewer connections than the worker's
+    budget: the worker opens them all as it starts, and stops there with one line."""
+    with pgbouncer.admin() as admin:
+        clients = len(admin.execute("SHOW CLIENTS").fetchall())
+        admin.execute(f"SET max_client_conn = {clients + 2}")
+        try:
+            worker = processes.start(
+                python("ferryq", "worker", TASKS, "--burst"),
+                env={"FERRYQ_URL": f"{pooled_url(pgbouncer_url)}&connections=4"},
+                name="worker",
+            )  # fmt: skip
+            code = worker.wait()
+        finally:
+            admin.execute("SET max_client_conn = 1000")
+    errors = [line for line in worker.stderr().splitlines() if line.startswith("Error:")]
+    assert code != 0 and len(errors) == 1, worker.describe()
+    assert "max_client_conn" in errors[0] and "connections=2 at the least" in errors[0]

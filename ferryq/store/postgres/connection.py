@@ -98,6 +98,11 @@ class Budget:
     def total(self) -> int:
         return self.pool + self.inserts + self.session
 
+    @property
+    def least(self) -> int:
+        """The fewest ``connections=`` a store like this one takes."""
+        return self.session + 2
+
     @classmethod
     def of(cls, connections: int | None, *, session: bool) -> Budget:
         """``connections=N`` spent: one for the session connection if the store has
@@ -113,6 +118,25 @@ class Budget:
                 f"give connections={spent + 1} or more"
             )
         return cls(connections - spent, 1, int(session))
+
+    def refused(self, where: str, error: BaseException) -> StoreError:
+        """The error of a server or pooler at ``where`` that refused a connection of
+        this budget (``refuses_a_connection``), naming the two ways out."""
+        return StoreError(
+            f"PostgreSQL at {where} refused a connection ({one_line(error)}): this store "
+            f"holds up to {self.total} (connections={self.total} in the URL); give fewer "
+            f"(connections={self.least} at the least) or raise the server's "
+            "max_connections (behind PgBouncer, its max_client_conn)"
+        )
+
+
+def refuses_a_connection(error: BaseException) -> bool:
+    """Whether ``error`` is a server or a pooler refusing one connection more: the
+    server's max_connections or a role's CONNECTION LIMIT (SQLSTATE 53300), PgBouncer's
+    max_client_conn (which it says in words only)."""
+    return isinstance(error, asyncpg.TooManyConnectionsError) or (
+        isinstance(error, asyncpg.PostgresError) and "no more connections allowed" in str(error)
+    )
 
 
 #: A store's connections unless ``connections=`` says otherwise (docs/operations.md,
@@ -152,14 +176,18 @@ class Database:
         return _session_settings(self.url)
 
     async def connect(self) -> None:
-        """Make the pools; a wrong URL or a server out of reach is a StoreError now."""
+        """Make the pools; a wrong URL or a server out of reach is a StoreError now,
+        as is a pooler that does not work as the URL's ``pooler=`` says."""
         try:
             self.pool = await asyncpg.create_pool(
                 self.url, min_size=0, max_size=self.budget.pool, reset=_reset,
                 **self._pool_options(self.settings),
             )  # fmt: skip
             async with self.pool.acquire() as conn:  # a wrong URL says so now, once
-                await conn.execute("SELECT 1")
+                if self.pooling.mode == "session":
+                    await self._check_session_pooler(conn)
+                else:
+                    await conn.execute("SELECT 1")
             self.inserts_pool = await asyncpg.create_pool(
                 self.url, min_size=0, max_size=self.budget.inserts, reset=_reset,
                 **self._pool_options({**self.settings, **INSERT_SETTINGS}),
@@ -169,7 +197,65 @@ class Database:
             # (A server going away as the first query runs may leave asyncpg's protocol
             # half-way: an InternalClientError, one line like any other here.)
             await self.close()
-            raise StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {exc}") from exc
+            raise self._not_connected(exc) from exc
+        except StoreError:
+            await self.close()
+            raise
+
+    def _not_connected(self, error: BaseException) -> StoreError:
+        if refuses_a_connection(error):
+            return self.budget.refused(self.safe_url, error)
+        if "unsupported startup parameter" in str(error) and not self.pooling.pooled:
+            # PgBouncer's answer to the settings a store sends when it starts a session.
+            return StoreError(
+                f"cannot connect to PostgreSQL at {self.safe_url}: a pooler refused the "
+                f"session's settings ({one_line(error)}): add pooler=transaction to the "
+                "URL (PgBouncer's transaction mode, RDS Proxy, Supabase's and Neon's "
+                "poolers) or pooler=session (a pooler in session mode)"
+            )
+        return StoreError(f"cannot connect to PostgreSQL at {self.safe_url}: {error}")
+
+    async def _check_session_pooler(self, conn: Conn) -> None:
+        """``pooler=session``: a StoreError if the pooler gives one client's statements
+        to more than one server connection (a transaction pooler), which would lose the
+        LISTENs and leadership's locks between two statements. A second client takes a
+        server connection in a transaction while the first has just used one: a
+        transaction pooler gives it the first's (PgBouncer reuses the one freed last),
+        or moves the first to another, where the statement it prepared is not."""
+        try:
+            first = await _backend(conn)
+            other = await asyncpg.connect(self.url)
+            try:
+                async with other.transaction():
+                    second = await other.fetchval(BACKEND)
+                    again = await _backend(conn)
+            finally:
+                await other.close()
+            if second != first and again == first:
+                return
+        except asyncpg.InvalidSQLStatementNameError:
+            pass  # prepared on one server connection, run on another
+        raise StoreError(
+            f"{self.safe_url} says pooler=session, but its pooler runs each transaction "
+            "on whichever server connection is free (a transaction pooler): give "
+            "pooler=transaction instead"
+        )
+
+    async def reserve(self) -> None:
+        """Open every connection of the pool, then leave them to it (kept until idle for
+        five minutes): a server or pooler that refuses the budget says so now."""
+        pool = self.pool
+        if pool is None:
+            raise StoreError("the store is not open")
+        held: list[Conn] = []
+        try:
+            for _ in range(self.budget.pool):  # each taken while the others are held
+                held.append(await pool.acquire())
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise self._not_connected(exc) from exc
+        finally:
+            for conn in held:
+                await pool.release(conn)
 
     def _pool_options(self, settings: dict[str, str]) -> dict[str, Any]:
         """How a pool's connections get ``settings``: in the startup packet; behind a
@@ -319,6 +405,16 @@ class Database:
                 if not self.ready and (kept := self._kept) is not None:
                     self._kept = None
                     await _give_back(pool, kept)
+
+
+BACKEND = "SELECT pg_backend_pid()"
+
+
+async def _backend(conn: Conn) -> int:
+    """The server process of ``conn``'s next transaction (in one: a statement outside
+    may go to two server connections behind a transaction pooler)."""
+    async with conn.transaction():
+        return int(await conn.fetchval(BACKEND))
 
 
 async def run(conn: Conn, statement: Statement, **params: Any) -> list[Any]:

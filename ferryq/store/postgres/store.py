@@ -143,6 +143,10 @@ class PostgresStore(base.Store):
     def refuses(self, error: BaseException) -> bool:
         return self._db.refuses(error)
 
+    async def reserve(self) -> None:
+        await self._db.reserve()
+        await self._waits.reserve()
+
     async def migrate(self) -> list[int]:
         return await self._db.session(
             lambda conn: flows.migrate(ConnSession(conn), MIGRATIONS, time.time())

@@ -24,7 +24,8 @@ import asyncpg
 
 from ferryq.errors import StoreError
 from ferryq.faults import FaultLog
-from ferryq.store.postgres.connection import Conn, Database
+from ferryq.store import safe_url
+from ferryq.store.postgres.connection import Conn, Database, refuses_a_connection
 
 log = logging.getLogger("ferryq.store.postgres")
 JOBS_CHANNEL, DONE_CHANNEL = "ferryq_jobs", "ferryq_done"
@@ -81,6 +82,20 @@ class Waits:
             raise StoreError("no connection to PostgreSQL to listen and lead on right now")
         return listener.conn
 
+    async def reserve(self) -> None:
+        """The listening connection, opened now (a worker's start): a StoreError if the
+        server refuses it, naming the budget where that is why."""
+        if self._url is None:
+            return
+        listener = await self.listening()
+        error = self.listener.error if isinstance(self.listener, Listener) else None
+        if listener is None and error is not None:
+            if refuses_a_connection(error):
+                raise self._db.budget.refused(safe_url(self._url), error) from error
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {safe_url(self._url)} to listen: {error}"
+            ) from error
+
     async def listening(self) -> Listener | Poller | None:
         if self.listener is None:
             self.listener = Listener(self._url) if self._url is not None else Poller(self._db)
@@ -118,6 +133,7 @@ class Listener:
         self.jobs = asyncio.Event()
         self.done = asyncio.Event()
         self.conn: Conn | None = None
+        self.error: BaseException | None = None  # why the last connect failed
         self._listens_on: Conn | None = None  # the connection whose LISTENs are sent
         self._retry_at = 0.0
         self._connecting = asyncio.Lock()
@@ -158,9 +174,11 @@ class Listener:
                 raise
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
+            self.error = exc
             self._faults.failed("LISTEN for wake-ups (polling meanwhile)", exc)
             self._retry_at = time.monotonic() + 1.0
             return False
+        self.error = None
         self._faults.succeeded("LISTEN for wake-ups (polling meanwhile)")
         self.jobs.set()  # anything may have happened while we were not listening
         self.done.set()
