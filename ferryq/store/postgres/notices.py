@@ -132,9 +132,11 @@ class Notices:
                         self._last[queue] = now
                 try:
                     await self._db.session(_notify, queues, transaction=False)
-                except Exception as exc:
+                except BaseException as exc:  # still owed (a closing store sends them)
                     with self._lock:
                         self._owed.update(queues)
+                    if not isinstance(exc, Exception):
+                        raise
                     self._faults.failed("sending enqueues' wake-ups", exc)
                     await asyncio.sleep(RETRY_SECONDS)
                     continue
