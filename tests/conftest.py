@@ -36,7 +36,7 @@ BACKENDS = ["sqlite", "postgres"]
 #: The conformance suite runs on it as a third backend (tests/conformance/conftest.py);
 #: against the plain server, since the mode's code must work there too.
 POOLED = "postgres-pooled"
-#: The same with a direct URL to the database (``FERRYQ_DIRECT_URL``), for LISTEN.
+#: The same with a direct URL to the database, for LISTEN.
 POOLED_DIRECT = f"{POOLED}-direct"
 POSTGRES_BACKENDS = {"postgres", POOLED, POOLED_DIRECT}
 START = 1_800_000_000.0

@@ -7,7 +7,7 @@ A test that proves its feature behind a transaction pooler too takes ``ALSO_POOL
 it runs on a third server, on PostgreSQL through the session's PgBouncer in
 transaction mode (``?pooler=transaction``, no direct URL: its waits poll), whose
 database it migrates itself, through the pooler; ``ALSO_DIRECT`` adds a fourth, the
-same with a direct URL (``FERRYQ_DIRECT_URL``) for LISTEN.
+same with a direct URL (``--direct-url``) for LISTEN.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from tests.server.harness import (
     ServerProcess,
     new_namespace,
     running_server,
-    server_env,
 )
 
 ALSO_POOLED = pytest.mark.parametrize("server_db", [*BACKENDS, POOLED], indirect=True,
@@ -60,11 +59,10 @@ def server_db(
 @pytest.fixture(scope="module")
 def server(server_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The module's server; on teardown SIGTERM must stop it with exit code 0."""
-    env = server_env()
-    if server_db in _direct_urls:
-        env["FERRYQ_DIRECT_URL"] = _direct_urls[server_db]
+    direct = _direct_urls.get(server_db)
+    options = [] if direct is None else ["--direct-url", direct]
     logs = tmp_path_factory.mktemp("server-logs")
-    with running_server(server_db, logs, env=env) as running:
+    with running_server(server_db, logs, options=options) as running:
         yield running
 
 
