@@ -36,7 +36,9 @@ BACKENDS = ["sqlite", "postgres"]
 #: The conformance suite runs on it as a third backend (tests/conformance/conftest.py);
 #: against the plain server, since the mode's code must work there too.
 POOLED = "postgres-pooled"
-POSTGRES_BACKENDS = {"postgres", POOLED}
+#: The same with a direct URL to the database, for LISTEN.
+POOLED_DIRECT = f"{POOLED}-direct"
+POSTGRES_BACKENDS = {"postgres", POOLED, POOLED_DIRECT}
 START = 1_800_000_000.0
 
 FULL_EXAMPLES = 100  # hypothesis's own default

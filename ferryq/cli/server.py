@@ -35,6 +35,8 @@ from ferryq.errors import ConfigurationError
               help="Sign dashboard sessions with this (32+ characters): they then "
               "survive restarts and work on every server sharing it [default: a key "
               "per start].")  # fmt: skip
+@click.option("--direct-url", envvar="FERRYQ_DIRECT_URL", show_envvar=True,
+              help="Behind a pooler: the database reached directly, for wake-ups.")  # fmt: skip
 @log_level_option
 @log_format_option
 @click.pass_context
@@ -47,6 +49,7 @@ def server(
     admin_port: int,
     admin_credential: str | None,
     session_secret: str | None,
+    direct_url: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -61,7 +64,7 @@ def server(
     if admin_credential is None and os.environ.get("FERRYQ_ADMIN_CREDENTIAL") == "":
         admin_credential = ""
     config = ServerConfig(url, host, port, admin_host, admin_port, admin_credential,
-                          session_secret)  # fmt: skip
+                          session_secret, direct_url or None)  # fmt: skip
     try:
         config.check()
     except ConfigurationError as exc:

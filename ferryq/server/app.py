@@ -48,6 +48,7 @@ class ServerConfig:
     admin_port: int = 7778
     admin_credential: str | None = None  # "user:password"; None: no auth (loopback only)
     session_secret: str | None = None  # signs dashboard sessions; None: a key per start
+    direct_url: str | None = None  # behind a pooler, for LISTEN; None: FERRYQ_DIRECT_URL
 
     def check(self) -> None:
         for name, port in (("port", self.port), ("admin port", self.admin_port)):
@@ -124,7 +125,7 @@ async def serve(config: ServerConfig, *, announce: bool = True) -> None:
     uvicorn's: they come out wherever the process routes its logs."""
     config.check()
     sockets = [_bind(config.host, config.port), _bind(config.admin_host, config.admin_port)]
-    engine = Engine(App(config.url))
+    engine = Engine(App(config.url, direct_url=config.direct_url))
     await engine.start()
     apps = [
         AccessLog(build_api(engine, config.admin_credential, config.session_secret), "api"),

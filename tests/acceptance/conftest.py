@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pooled_url
+from tests.conftest import POOLED, pooled_url
 from tests.processes import Process, Processes, python
 
 
@@ -58,9 +58,11 @@ def pooled_workers(pgbouncer_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_workers(request: pytest.FixtureRequest) -> Workers:
-    """Worker processes on SQLite, then on PostgreSQL."""
-    name = "workers" if request.param == "sqlite" else "pg_workers"
-    found: Workers = request.getfixturevalue(name)
+    """Worker processes on SQLite, then on PostgreSQL; a test that proves its scenario
+    through the pooler too adds ``POOLED`` to the parameters
+    (``pytest.mark.parametrize("any_workers", [..., POOLED], indirect=True)``)."""
+    names = {"sqlite": "workers", "postgres": "pg_workers", POOLED: "pooled_workers"}
+    found: Workers = request.getfixturevalue(names[request.param])
     return found
 
 

@@ -26,6 +26,7 @@ import pytest
 
 import ferryq
 from tests.acceptance.conftest import Workers
+from tests.conftest import BACKENDS, POOLED
 from tests.processes import START_SECONDS, Process, wait_until
 
 MODULE = "tests.acceptance.periodic_app"
@@ -60,6 +61,7 @@ def leader(workers: list[Process]) -> Process:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("any_workers", [*BACKENDS, POOLED], indirect=True)
 def test_three_workers_enqueue_one_job_per_tick_across_restarts(any_workers: Workers) -> None:
     app = ferryq.App(any_workers.url)
     procs = [any_workers.worker(module=MODULE) for _ in range(3)]

@@ -19,9 +19,10 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
-from tests.conftest import BACKENDS
+from tests.conftest import BACKENDS, POOLED, pooled_url
 from tests.dashboard.story import Story, tell
 from tests.pg import PgCluster, fresh_database, in_ci
+from tests.pgbouncer import Bouncer
 from tests.processes import ROOT
 from tests.server.harness import ServerProcess, running_server
 
@@ -83,13 +84,21 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 def dash(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Dash]:
-    """One server per backend for the whole dashboard suite, the story told once."""
+    """One server per backend for the whole dashboard suite, the story told once. A test
+    may ask for ``POOLED`` too (``pytest.mark.parametrize("dash", [..., POOLED],
+    indirect=True)``): PostgreSQL through the session's PgBouncer in transaction mode,
+    the story told, the database migrated and the server run through it."""
     backend = request.param
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('dashboard-db')}/ferryq.db"
         yield from _serve(url, backend, tmp_path_factory)
         return
     cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    if backend == POOLED:
+        bouncer: Bouncer = request.getfixturevalue("pgbouncer")
+        with fresh_database(cluster, migrated=False) as url:
+            yield from _serve(pooled_url(bouncer.through(url)), backend, tmp_path_factory)
+        return
     with fresh_database(cluster) as url:
         yield from _serve(url, backend, tmp_path_factory)
 

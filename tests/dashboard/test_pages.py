@@ -1,4 +1,5 @@
-"""Every page renders the real jobs of a real server, in a real browser."""
+"""Every page renders the real jobs of a real server, in a real browser; and behind a
+transaction pooler, answers with them over HTTP."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from playwright.sync_api import Page, expect
 
 import ferryq
 from ferryq.store import Store, open_store
-from ferryq.store.base import Finish
-from tests.dashboard.conftest import Dash
+from ferryq.store.base import Finish, WorkerInfo
+from tests.conftest import POOLED
+from tests.dashboard.conftest import Dash, signed_in_client
 from tests.dashboard.story import (
     OTHER_NAMESPACE,
     PAGED,
@@ -277,3 +279,40 @@ def test_dead_letters_page_lists_dead_jobs(admin: Page, dash: Dash) -> None:
     expect(admin.locator(f'tr[data-job="{dash.story.dead}"]')).to_contain_text("storage refused")
     assert rows.count() >= 1
     dash.shot(admin, "dead")
+
+
+@pytest.mark.parametrize("dash", [POOLED], indirect=True)  # the browser's tests: the others
+def test_behind_a_transaction_pooler_every_page_answers_with_the_story(dash: Dash) -> None:
+    """The server on ``?pooler=transaction`` through a real PgBouncer, no direct URL: its
+    database migrated and the story told through it, every page answers with the
+    story's jobs (how they look is the browser's tests' to check)."""
+    story = dash.story
+    worker = f"worker-{time.monotonic_ns()}"
+    _in_thread(_beat(story.url, worker))
+    newest_mail = sorted([*story.mail, story.halted_behind, story.delayed])
+    shown = {
+        "/ui/?ns=default": ['data-count="dead">3<', 'data-count="halted">1<',
+                            "storage refused backups/2026-11.tar.gz"],
+        "/ui/jobs?ns=default&queue=mail": [f'data-job="{job}"' for job in newest_mail[-50:]],
+        f"/ui/jobs/{story.dead}": [f"Job #{story.dead} ", "ConnectionError: storage refused"],
+        "/ui/dead": [f'data-job="{story.dead}"', f'data-job="{story.injected}"'],
+        "/ui/lanes": ['data-lane="orders:1"', f"#{story.halted_by}", 'data-rule="orders:*"'],
+        "/ui/workers": [f'data-worker="{worker}"'],
+    }  # fmt: skip
+    with signed_in_client(dash) as client:
+        for path, texts in shown.items():
+            answer = client.get(path)
+            assert answer.status_code == 200, f"{path}: {answer.status_code} {answer.text}"
+            missing = [text for text in texts if text not in answer.text]
+            assert not missing, f"{path} lacks {missing}"
+
+
+async def _beat(url: str, worker: str) -> None:
+    """A live worker's heartbeat, as its process sends it."""
+    store = open_store(url)
+    await store.open()
+    try:
+        now = time.time()
+        await store.worker_beat(WorkerInfo(worker, "default", ["mail"], "host", 1, 4, now, now))
+    finally:
+        await store.close()

@@ -174,19 +174,43 @@ async def test_an_app_in_pooler_mode_enqueues_runs_and_returns_results(
     ]
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg-async", "asyncpg"])
 async def test_an_app_in_pooler_mode_enqueues_in_the_callers_transaction(
-    app: ferryq.App, pgbouncer_url: str
+    app: ferryq.App, pgbouncer_url: str, driver: str
 ) -> None:
     """The application's own connection through the pooler, in its own transaction:
-    the job exists only if that commits."""
+    the job exists only if that commits. The connection keeps no prepared statement,
+    as docs/operations.md asks (psycopg's ``prepare_threshold=None``, asyncpg's
+    ``statement_cache_size=0``)."""
     double = _double(app)
     await app.store()
-    with connect(pgbouncer_url) as conn:
-        with conn.transaction():
-            kept = double.using(conn).enqueue(21)
-        with conn.transaction() as transaction:
-            gone = double.using(conn).enqueue(1)
-            raise psycopg.Rollback(transaction)
+    if driver == "psycopg":
+        with connect(pgbouncer_url) as conn:
+            with conn.transaction():
+                kept = double.using(conn).enqueue(21)
+            with conn.transaction() as transaction:
+                gone = double.using(conn).enqueue(1)
+                raise psycopg.Rollback(transaction)
+    elif driver == "psycopg-async":
+        async with await psycopg.AsyncConnection.connect(
+            pgbouncer_url, autocommit=True, prepare_threshold=None, connect_timeout=10
+        ) as aconn:
+            async with aconn.transaction():
+                kept = await double.using(aconn).enqueue_async(21)
+            async with aconn.transaction() as atransaction:
+                gone = await double.using(aconn).enqueue_async(1)
+                raise psycopg.Rollback(atransaction)
+    else:
+        raw = await asyncpg.connect(pgbouncer_url, statement_cache_size=0, timeout=10)
+        try:
+            async with raw.transaction():
+                kept = await double.using(raw).enqueue_async(21)
+            rolled_back = raw.transaction()
+            await rolled_back.start()
+            gone = await double.using(raw).enqueue_async(1)
+            await rolled_back.rollback()
+        finally:
+            await raw.close()
     with pytest.raises(ferryq.JobNotFound):
         await app.get_job_async(gone.id)
     await drain_async(app)

@@ -2,6 +2,12 @@
 
 Sharing the server keeps the suite fast; every test still starts from nothing, because
 it works in a namespace (with its own token) that no other test touches.
+
+A test that proves its feature behind a transaction pooler too takes ``ALSO_POOLED``:
+it runs on a third server, on PostgreSQL through the session's PgBouncer in
+transaction mode (``?pooler=transaction``, no direct URL: its waits poll), whose
+database it migrates itself, through the pooler; ``ALSO_DIRECT`` adds a fourth, the
+same with a direct URL (``--direct-url``) for LISTEN.
 """
 
 from __future__ import annotations
@@ -10,9 +16,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import BACKENDS
+from tests.conftest import BACKENDS, POOLED, POOLED_DIRECT, pooled_url
 from tests.pg import PgCluster, fresh_database
-from tests.server.harness import Lmstfy, ServerProcess, new_namespace, running_server
+from tests.pgbouncer import Bouncer
+from tests.server.harness import (
+    Lmstfy,
+    ServerProcess,
+    new_namespace,
+    running_server,
+)
+
+ALSO_POOLED = pytest.mark.parametrize("server_db", [*BACKENDS, POOLED], indirect=True,
+                                      scope="module")  # fmt: skip
+ALSO_DIRECT = pytest.mark.parametrize("server_db", [*BACKENDS, POOLED, POOLED_DIRECT],
+                                      indirect=True, scope="module")  # fmt: skip
+#: The direct URL of each pooled server database that has one.
+_direct_urls: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -24,14 +43,26 @@ def server_db(
         yield f"sqlite:///{tmp_path_factory.mktemp('server-db')}/ferryq.db"
         return
     cluster: PgCluster = request.getfixturevalue("pg_cluster")
-    with fresh_database(cluster) as url:
-        yield url
+    if request.param == "postgres":
+        with fresh_database(cluster) as url:
+            yield url
+        return
+    bouncer: Bouncer = request.getfixturevalue("pgbouncer")
+    with fresh_database(cluster, migrated=False) as url:
+        pooled = pooled_url(bouncer.through(url))
+        if request.param == POOLED_DIRECT:
+            _direct_urls[pooled] = url
+        yield pooled
+        _direct_urls.pop(pooled, None)
 
 
 @pytest.fixture(scope="module")
 def server(server_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The module's server; on teardown SIGTERM must stop it with exit code 0."""
-    with running_server(server_db, tmp_path_factory.mktemp("server-logs")) as running:
+    direct = _direct_urls.get(server_db)
+    options = [] if direct is None else ["--direct-url", direct]
+    logs = tmp_path_factory.mktemp("server-logs")
+    with running_server(server_db, logs, options=options) as running:
         yield running
 
 

@@ -178,10 +178,11 @@ def running_server(
     credential: str | None = None,
     credential_env: str | None = None,
     session_secret_env: str | None = None,
+    options: Sequence[str] = (),
 ) -> Iterator[ServerProcess]:
     """A server for the duration of the block; it must exit 0 on SIGTERM afterwards."""
     server = start_server(url, log_dir, credential=credential, credential_env=credential_env,
-                          session_secret_env=session_secret_env)  # fmt: skip
+                          session_secret_env=session_secret_env, options=options)  # fmt: skip
     try:
         yield server
     finally:

@@ -12,6 +12,7 @@ from ferryq.metrics import Registry
 from ferryq.store import open_store
 from ferryq.store.base import WorkerInfo
 from tests.processes import wait_until
+from tests.server.conftest import ALSO_POOLED
 from tests.server.harness import Lmstfy, ServerProcess
 
 SAMPLE = re.compile(r'^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+$')
@@ -31,6 +32,7 @@ def test_every_line_is_prometheus_text(server: ServerProcess, lm: Lmstfy) -> Non
         assert line.startswith("# ") or SAMPLE.match(line), line
 
 
+@ALSO_POOLED
 def test_http_jobs_are_counted_and_jobs_by_state_come_from_the_database(
     server: ServerProcess, lm: Lmstfy
 ) -> None:
@@ -64,6 +66,7 @@ def test_http_jobs_are_counted_and_jobs_by_state_come_from_the_database(
     )  # fmt: skip
 
 
+@ALSO_POOLED
 def test_live_workers_metrics_are_rendered_with_their_process(server: ServerProcess) -> None:
     registry = Registry()
     registry.counter("ferryq_jobs_claimed", "c", ("namespace", "queue")).inc(5, "ns", "mail")

@@ -21,6 +21,7 @@ import ferryq
 from ferryq import testing
 from ferryq.store import open_store
 from ferryq.store.base import PeriodicEntry
+from tests.server.conftest import ALSO_DIRECT, ALSO_POOLED
 from tests.server.harness import ServerProcess, http_client, new_namespace
 
 MiB = 1 << 20
@@ -187,6 +188,7 @@ def test_enqueues_count_against_the_token_publish_limit(v1: V1) -> None:
 # -- enqueue ---------------------------------------------------------------------------
 
 
+@ALSO_POOLED
 def test_enqueue_with_every_option(v1: V1) -> None:
     options = {
         "queue": "mail", "lane": "post:42", "priority": 600, "delay": 30, "ttl": 3600,
@@ -404,6 +406,7 @@ def test_a_job_after_others_waits_for_them_and_shows_its_graph(v1: V1, other: V1
     assert v1.ids() == before
 
 
+@ALSO_DIRECT
 def test_result_waits_for_a_worker(v1: V1) -> None:
     job_id = v1.enqueue("add", [2, 3])
     pending = v1.http.get(f"/jobs/{job_id}/result", params={"timeout": 0})
@@ -432,6 +435,7 @@ def test_result_of_a_job_that_did_not_succeed_is_409_with_its_error(v1: V1) -> N
     assert answer.status_code == 409 and answer.json()["state"] == "cancelled"
 
 
+@ALSO_POOLED
 def test_result_of_a_job_acknowledged_through_the_lmstfy_api(v1: V1) -> None:
     job_id = v1.enqueue("anything", ["hello"], queue="q1")
     with ThreadPoolExecutor(1) as pool:

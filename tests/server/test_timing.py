@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import ferryq
 from tests.processes import wait_until
+from tests.server.conftest import ALSO_POOLED
 from tests.server.harness import HTTP_TIMEOUT, Lmstfy, assert_error, assert_no_job, b64
 
 EARLY = 0.05  # the test's clock starts before the server's, so this is slack, not leave
@@ -31,6 +32,7 @@ WAIT = 10  # seconds a blocking consume waits here: an answer before it was a wa
 # -- blocking consumes ----------------------------------------------------------
 
 
+@ALSO_POOLED
 def test_a_blocking_consume_returns_a_job_published_during_the_wait(lm: Lmstfy) -> None:
     with lm.consuming("q", timeout=WAIT) as pending:
         published_at = time.monotonic()
@@ -51,6 +53,7 @@ def test_a_blocking_consume_on_several_queues_returns_the_first_published(lm: Lm
     assert (consumed.json()["queue"], consumed.json()["job_id"]) == ("b", job_id)
 
 
+@ALSO_POOLED
 def test_a_blocking_consume_that_times_out_is_404_no_job_available(lm: Lmstfy) -> None:
     began = time.monotonic()
     consumed = lm.consume("q", timeout=1)
@@ -124,6 +127,7 @@ def test_a_consumer_that_goes_away_while_waiting_takes_no_job(lm: Lmstfy) -> Non
 # -- delays and leases ---------------------------------------------------------------
 
 
+@ALSO_POOLED
 def test_a_delayed_job_becomes_consumable_after_its_delay_and_not_before(lm: Lmstfy) -> None:
     published_at = time.monotonic()
     job_id = lm.publish_ok("q", b"later", delay=1, ttl=10)
@@ -193,6 +197,7 @@ def test_an_expired_lease_without_tries_left_lands_in_the_dead_letter(lm: Lmstfy
         app.close()
 
 
+@ALSO_POOLED
 def test_an_acked_job_is_not_consumed_again_after_its_lease(lm: Lmstfy) -> None:
     job_id = lm.publish_ok("q", b"done", tries=3)
     lm.consume_ok("q", ttr=1)

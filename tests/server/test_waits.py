@@ -28,6 +28,7 @@ import httpx
 import psycopg
 
 import ferryq
+from tests.server.conftest import ALSO_POOLED
 from tests.server.harness import HTTP_TIMEOUT, NO_JOB, Lmstfy
 
 TIMEOUT = 3  # seconds every wait asks for
@@ -106,6 +107,7 @@ async def test_hundreds_of_waits_are_each_answered_at_their_timeout(lm: Lmstfy) 
     assert not too_soon, f"{len(too_soon)} of {len(answers)} answers early: {too_soon[:10]}"
 
 
+@ALSO_POOLED
 async def test_jobs_published_during_hundreds_of_waits_reach_their_waiting_consumers(
     lm: Lmstfy,
 ) -> None:
