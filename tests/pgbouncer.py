@@ -272,13 +272,21 @@ def _missing_message() -> str:
 @pytest.fixture(scope="session")
 def pgbouncer(pg_cluster: PgCluster) -> Iterator[Bouncer]:
     """The session's PgBouncer, transaction mode, in front of ``pg_cluster``."""
+    with local_bouncer(pg_cluster) as bouncer:
+        yield bouncer
+
+
+@contextlib.contextmanager
+def local_bouncer(cluster: PgCluster) -> Iterator[Bouncer]:
+    """A PgBouncer in front of ``cluster``, started; stopped and deleted on exit.
+    Without the binary the test is skipped (a failure under CI)."""
     binary = find_pgbouncer()
     if binary is None:
         if in_ci():
             pytest.fail(f"CI=true and {_missing_message()}", pytrace=False)
         pytest.skip(_missing_message())
     try:
-        bouncer = Bouncer(binary, pg_cluster.url)
+        bouncer = Bouncer(binary, cluster.url)
     except OSError as exc:
         pytest.fail(f"could not prepare a PgBouncer: {exc}", pytrace=False)
     try:
