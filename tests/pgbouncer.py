@@ -119,6 +119,19 @@ class Bouncer:
         return psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10,
                                cursor_factory=psycopg.ClientCursor)  # fmt: skip
 
+    def clients(self, database: str) -> int:
+        """The pooler's clients of ``database`` (``SHOW CLIENTS``). A query's
+        cancellation is a message on a socket of its own, which PgBouncer lists as a
+        client while it passes it on (``…_cancel_req``): no connection, not counted."""
+        with self.admin() as admin:
+            cursor = admin.cursor()
+            cursor.execute("SHOW CLIENTS")
+            assert cursor.description is not None
+            names = [column.name for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return sum(1 for row in rows
+                   if row["database"] == database and "cancel" not in row["state"])  # fmt: skip
+
     def create(self) -> None:
         """Choose a port and start; another port if one was taken meanwhile."""
         for attempt in range(BIND_ATTEMPTS):

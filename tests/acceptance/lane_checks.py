@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import ferryq
 from ferryq.job import Job
 from tests.acceptance.lane_order import assert_claimed_in_id_order
 
@@ -30,6 +31,18 @@ class Attempt:
     pid: int
     end: float | None = None
     outcome: str | None = None
+
+
+async def all_jobs(app: ferryq.App, task: str) -> dict[int, Job]:
+    """Every job of ``task`` the database keeps, by id, page by page."""
+    jobs: dict[int, Job] = {}
+    after: int | None = None
+    while True:
+        page = await app.list_jobs_async(task=task, after_id=after, limit=5000)
+        if not page:
+            return jobs
+        jobs.update((job.id, job) for job in page)
+        after = min(job.id for job in page)
 
 
 def read_attempts(log_dir: Path) -> dict[tuple[int, int], Attempt]:

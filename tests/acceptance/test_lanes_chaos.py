@@ -61,7 +61,13 @@ import pytest
 import ferryq
 from ferryq.job import Job, State
 from tests.acceptance.conftest import Workers
-from tests.acceptance.lane_checks import Attempt, assert_lane_kept, attempts_by_job, read_attempts
+from tests.acceptance.lane_checks import (
+    Attempt,
+    all_jobs,
+    assert_lane_kept,
+    attempts_by_job,
+    read_attempts,
+)
 from tests.acceptance.lane_order import assert_claimed_in_id_order
 from tests.acceptance.lanes_app import MAX_TRIES, TTR, lane_step
 from tests.processes import WORKER_STARTED, Process
@@ -155,7 +161,7 @@ async def _run(app: ferryq.App, fleet: Fleet, rng: random.Random, seed: int) -> 
         assert proc.stop() == 0, proc.describe()
     assert len(fleet.killed) == KILLS
 
-    jobs = await _all_jobs(app)
+    jobs = await all_jobs(app, lane_step.name)
     attempts = read_attempts(fleet.log_dir)
     report = _check(seed, ids, jobs, attempts, fleet.killed)
     print(
@@ -184,17 +190,6 @@ async def _drain(
             fleet.kill(rng.choice(fleet.live()))
             fleet.add()
         await store.wait_for_finish(0.1, 0.05)
-
-
-async def _all_jobs(app: ferryq.App) -> dict[int, Job]:
-    jobs: dict[int, Job] = {}
-    after: int | None = None
-    while True:
-        page = await app.list_jobs_async(task=lane_step.name, after_id=after, limit=5000)
-        if not page:
-            return jobs
-        jobs.update((job.id, job) for job in page)
-        after = min(job.id for job in page)
 
 
 def _check(
