@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -233,16 +233,20 @@ def _has_room(root: Path) -> bool:
 
 class LocalCluster:
     """A cluster in a temporary directory, owned by this test session. ``in_memory``
-    (the tests', never a benchmark's): in memory where the machine has room for it."""
+    (the tests', never a benchmark's): in memory where the machine has room for it.
+    ``settings`` take the place of SETTINGS' own (``{"max_connections": "100"}``)."""
 
     can_restart = True
 
-    def __init__(self, bindir: Path, *, in_memory: bool = False) -> None:
+    def __init__(
+        self, bindir: Path, *, in_memory: bool = False, settings: Mapping[str, str] | None = None
+    ) -> None:
         self.bindir = bindir
         self.account = _Account.for_server()
         self.port = 0
         self.startup_seconds = 0.0
         self.in_memory = in_memory
+        self.settings = dict(settings or {})
         self._destroyed = False
         root = _temp_root(self.account, in_memory=in_memory)
         if root is not None:
@@ -313,6 +317,7 @@ class LocalCluster:
         settings = {
             **SETTINGS,
             **(IN_MEMORY_SETTINGS if self.in_memory else {}),
+            **self.settings,
             "port": str(self.port),
             "unix_socket_directories": f"'{self.sockets}'",
         }
@@ -452,13 +457,23 @@ def pg_cluster() -> Iterator[PgCluster]:
         finally:
             _drop_template(external)
         return
+    with local_cluster() as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def local_cluster(settings: Mapping[str, str] | None = None) -> Iterator[LocalCluster]:
+    """A LocalCluster in memory, with ``settings`` over SETTINGS, started; stopped and
+    deleted on exit. For the session's (``pg_cluster``), or a module's that needs a
+    server set otherwise (tests/acceptance/test_forty_workers.py: max_connections).
+    Without server binaries the test is skipped (a failure under CI)."""
     bindir = find_server_bindir()
     if bindir is None:
         if in_ci():
             pytest.fail(f"CI=true and {_missing_message()}", pytrace=False)
         pytest.skip(_missing_message())
     try:
-        cluster = LocalCluster(bindir, in_memory=True)
+        cluster = LocalCluster(bindir, in_memory=True, settings=settings)
     except (ClusterError, OSError) as exc:
         pytest.fail(f"could not prepare a throwaway PostgreSQL: {exc}", pytrace=False)
     try:

@@ -119,6 +119,19 @@ class Bouncer:
         return psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10,
                                cursor_factory=psycopg.ClientCursor)  # fmt: skip
 
+    def clients(self, database: str) -> int:
+        """The pooler's clients of ``database`` (``SHOW CLIENTS``). A query's
+        cancellation is a message on a socket of its own, which PgBouncer lists as a
+        client while it passes it on (``…_cancel_req``): no connection, not counted."""
+        with self.admin() as admin:
+            cursor = admin.cursor()
+            cursor.execute("SHOW CLIENTS")
+            assert cursor.description is not None
+            names = [column.name for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return sum(1 for row in rows
+                   if row["database"] == database and "cancel" not in row["state"])  # fmt: skip
+
     def create(self) -> None:
         """Choose a port and start; another port if one was taken meanwhile."""
         for attempt in range(BIND_ATTEMPTS):
@@ -272,13 +285,21 @@ def _missing_message() -> str:
 @pytest.fixture(scope="session")
 def pgbouncer(pg_cluster: PgCluster) -> Iterator[Bouncer]:
     """The session's PgBouncer, transaction mode, in front of ``pg_cluster``."""
+    with local_bouncer(pg_cluster) as bouncer:
+        yield bouncer
+
+
+@contextlib.contextmanager
+def local_bouncer(cluster: PgCluster) -> Iterator[Bouncer]:
+    """A PgBouncer in front of ``cluster``, started; stopped and deleted on exit.
+    Without the binary the test is skipped (a failure under CI)."""
     binary = find_pgbouncer()
     if binary is None:
         if in_ci():
             pytest.fail(f"CI=true and {_missing_message()}", pytrace=False)
         pytest.skip(_missing_message())
     try:
-        bouncer = Bouncer(binary, pg_cluster.url)
+        bouncer = Bouncer(binary, cluster.url)
     except OSError as exc:
         pytest.fail(f"could not prepare a PgBouncer: {exc}", pytrace=False)
     try:

@@ -11,7 +11,8 @@ line (tests/acceptance/lanes_app.py), ``stopped`` if its worker cancelled it (a 
 could not renew in time on a busy machine); an attempt whose worker was killed has no
 end.
 
-When every job is terminal the test proves, from the logs and the database:
+When every job is terminal the test proves, from the logs and the database (read,
+and checked lane by lane for 2 to 4, by tests/acceptance/lane_checks.py):
 
 1. Nothing lost: all JOBS ids are stored and terminal (succeeded, or dead when kills and
    the planned failure used up its tries), every succeeded job has an ``ok`` end logged
@@ -48,13 +49,11 @@ beside. The test prints its seed and timings (pytest -s).
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,6 +61,13 @@ import pytest
 import ferryq
 from ferryq.job import Job, State
 from tests.acceptance.conftest import Workers
+from tests.acceptance.lane_checks import (
+    Attempt,
+    all_jobs,
+    assert_lane_kept,
+    attempts_by_job,
+    read_attempts,
+)
 from tests.acceptance.lane_order import assert_claimed_in_id_order
 from tests.acceptance.lanes_app import MAX_TRIES, TTR, lane_step
 from tests.processes import WORKER_STARTED, Process
@@ -79,19 +85,6 @@ FAIL_FIRST = 0.1
 MAX_SLEEP = 0.005
 DRAIN_TIMEOUT = 240.0
 TERMINAL = ("succeeded", "dead", "cancelled", "expired")
-
-
-@dataclass
-class Attempt:
-    job_id: int
-    lane: str
-    seq: int
-    attempt: int
-    fence: int
-    start: float
-    pid: int
-    end: float | None = None
-    outcome: str | None = None
 
 
 class Fleet(Workers):
@@ -168,8 +161,8 @@ async def _run(app: ferryq.App, fleet: Fleet, rng: random.Random, seed: int) -> 
         assert proc.stop() == 0, proc.describe()
     assert len(fleet.killed) == KILLS
 
-    jobs = await _all_jobs(app)
-    attempts = _read_logs(fleet.log_dir)
+    jobs = await all_jobs(app, lane_step.name)
+    attempts = read_attempts(fleet.log_dir)
     report = _check(seed, ids, jobs, attempts, fleet.killed)
     print(
         f"seed {seed}: {JOBS} jobs, enqueue {enqueued - began:.1f} s, drain "
@@ -199,40 +192,6 @@ async def _drain(
         await store.wait_for_finish(0.1, 0.05)
 
 
-async def _all_jobs(app: ferryq.App) -> dict[int, Job]:
-    jobs: dict[int, Job] = {}
-    after: int | None = None
-    while True:
-        page = await app.list_jobs_async(task=lane_step.name, after_id=after, limit=5000)
-        if not page:
-            return jobs
-        jobs.update((job.id, job) for job in page)
-        after = min(job.id for job in page)
-
-
-def _read_logs(log_dir: Path) -> dict[tuple[int, int], Attempt]:
-    """Attempts by (job id, fence). A last line cut short by SIGKILL is ignored."""
-    attempts: dict[tuple[int, int], Attempt] = {}
-    ends: list[list[str]] = []
-    for path in log_dir.glob("*.log"):
-        text = path.read_text()
-        lines = text.split("\n")
-        for line in lines[:-1]:  # the part after the last newline was never finished
-            parts = line.split()
-            if parts[0] == "S":
-                _, lane, seq, job_id, attempt, fence, at, pid = parts
-                key = (int(job_id), int(fence))
-                assert key not in attempts, f"two starts logged for job {job_id} fence {fence}"
-                attempts[key] = Attempt(int(job_id), lane, int(seq), int(attempt), int(fence),
-                                        float(at), int(pid))  # fmt: skip
-            else:
-                ends.append(parts)
-    for _, _lane, _seq, job_id, _attempt, fence, at, _pid, outcome in ends:
-        found = attempts[(int(job_id), int(fence))]
-        found.end, found.outcome = float(at), outcome
-    return attempts
-
-
 def _check(
     seed: int,
     ids: set[int],
@@ -242,11 +201,7 @@ def _check(
 ) -> str:
     """Assert the lane guarantees; a one-line summary of what happened."""
     where = f"seed {seed}"
-    by_job: defaultdict[int, list[Attempt]] = defaultdict(list)
-    for found in attempts.values():
-        by_job[found.job_id].append(found)
-    for runs in by_job.values():
-        runs.sort(key=lambda a: a.fence)
+    by_job = attempts_by_job(attempts)
 
     states = _check_nothing_lost(where, ids, jobs, by_job)
     cut = [a for a in attempts.values() if a.end is None]
@@ -260,7 +215,7 @@ def _check(
     for lane, members in lanes.items():
         members.sort(key=lambda job: job.id)
         assert [j.args[1] for j in members] == list(range(PER_LANE)), f"{where}: {lane} order"
-        _check_lane(where, lane, members, jobs, by_job)
+        assert_lane_kept(where, lane, _limit(lane), members, jobs, by_job)
 
     failed = sum(1 for a in attempts.values() if a.outcome == "fail")
     stopped = sum(1 for a in attempts.values() if a.outcome == "stopped")
@@ -294,76 +249,6 @@ def _check_nothing_lost(
         else:
             assert runs or job.attempts, f"{where}: job {job.id} dead without an attempt"
     return states
-
-
-def _check_lane(
-    where: str,
-    lane: str,
-    members: list[Job],
-    jobs: dict[int, Job],
-    by_job: dict[int, list[Attempt]],
-) -> None:
-    """2 to 4 of the module docstring for one lane; ``members`` in id order."""
-    limit = _limit(lane)
-    first = {j.id: by_job[j.id][0] for j in members if by_job.get(j.id)}
-
-    def span_end(a: Attempt) -> float:
-        """When the attempt stopped holding its lane place as running (see docstring)."""
-        if a.end is not None:
-            return a.end
-        later = [b.start for b in by_job[a.job_id] if b.fence > a.fence]
-        if later:
-            return min(later)
-        finished = jobs[a.job_id].finished_at
-        assert finished is not None, f"{where}: job {a.job_id} terminal without finished_at"
-        return finished
-
-    # 2. Limit 1: the next job starts only after its predecessor is terminal.
-    if limit == 1:
-        for prev, job in itertools.pairwise(members):
-            if job.id not in first or prev.finished_at is None:
-                continue
-            started = first[job.id].start
-            assert started >= prev.finished_at, (
-                f"{where}: lane {lane}: job {job.id} (seq {job.args[1]}) first started at "
-                f"{started:.6f}, {prev.finished_at - started:.6f} s before its predecessor "
-                f"{prev.id} was terminal ({prev.state} at {prev.finished_at:.6f}); "
-                f"predecessor attempts {by_job.get(prev.id)}, job attempts {by_job[job.id]}"
-            )
-
-    # 3. Never more than the limit running, attempt by attempt ...
-    spans = [(a.start, span_end(a), a) for j in members for a in by_job.get(j.id, [])]
-    _at_most(where, lane, limit, "attempts running", spans)
-    # ... nor more than the limit of jobs holding a place, retries included.
-    places = [
-        (first[j.id].start, j.finished_at or 0.0, first[j.id]) for j in members if j.id in first
-    ]
-    _at_most(where, lane, limit, "jobs between first start and terminal", places)
-
-    # 4. Claims in id order.
-    assert_claimed_in_id_order(lane, members, {i: a.start for i, a in first.items()}, f"{where}: ")
-
-
-def _at_most(
-    where: str, lane: str, limit: int, what: str, spans: list[tuple[float, float, Attempt]]
-) -> None:
-    """No instant lies inside more than ``limit`` of the half-open spans [start, end)."""
-    for start, end, a in spans:
-        assert end >= start, f"{where}: lane {lane}: {a} ended at {end:.6f}, before it began"
-    events = sorted(
-        [(end, 0, a) for _start, end, a in spans] + [(start, 1, a) for start, _end, a in spans],
-        key=lambda e: (e[0], e[1]),
-    )  # at equal times an end comes before a start
-    current: list[Attempt] = []
-    for at, kind, a in events:
-        if kind == 0:
-            current.remove(a)
-            continue
-        current.append(a)
-        assert len(current) <= limit, (
-            f"{where}: lane {lane} (limit {limit}): {len(current)} {what} at {at:.6f}: "
-            + "; ".join(str(c) for c in current)
-        )
 
 
 # -- the order check on made-up runs ---------------------------------------------------

@@ -101,16 +101,7 @@ def test_through_a_transaction_pooler_the_budget_is_the_poolers_clients(
     database = pg_url.rsplit("/", 1)[1].split("?")[0]
 
     def count() -> int:
-        with pgbouncer.admin() as admin:
-            cursor = admin.cursor()
-            cursor.execute("SHOW CLIENTS")
-            assert cursor.description is not None
-            names = [column.name for column in cursor.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        # A query's cancellation is a message on a socket of its own, which PgBouncer
-        # lists as a client while it passes it on (``…_cancel_req``): no connection.
-        return sum(1 for row in rows
-                   if row["database"] == database and "cancel" not in row["state"])  # fmt: skip
+        return pgbouncer.clients(database)
 
     worker_url = f"{pooled_url(pgbouncer.through(pg_url))}&connections={BUDGET}"
     seen = _run_held_jobs(worker_url, pg_url, count, processes, tmp_path / "gate")

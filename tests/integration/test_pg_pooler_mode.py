@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 
 from ferryq.errors import StoreError
 from ferryq.store import Store, open_store
+from ferryq.store.postgres.connection import transaction_begun
 from ferryq.store.postgres.store import PostgresStore
 from ferryq.store.postgres.waits import Listener, Poller
 from tests.conformance.jobs import NS, claim_one, insert
@@ -124,3 +126,59 @@ async def test_session_mode_sets_the_settings_once_connected(pg_url: str) -> Non
         assert await store._db.session(settings, transaction=False) == ["force_custom_plan", "7s"]
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def complaints() -> AsyncIterator[list[dict[str, Any]]]:
+    """What reaches the event loop's exception handler (asyncpg's complaints: logged
+    there as errors)."""
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    yield seen
+    loop.set_exception_handler(None)
+
+
+async def _until_running(pg_url: str, statement: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as watcher:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND state = 'active'"
+        for _ in range(3000):  # PostgreSQL tells no one a statement runs: look, every 10 ms
+            if watcher.execute(query, (statement,)).fetchone() == (1,):
+                return
+            await asyncio.sleep(0.01)
+    pytest.fail(f"{statement!r} never ran")
+
+
+async def _one(conn: Any) -> object:
+    return await conn.fetchval("SELECT $1::int", 1)
+
+
+@pytest.mark.parametrize("where", ["in its statement", "as it begins"])
+async def test_a_call_cancelled_mid_transaction_ends_it_without_an_error(
+    pooled: PostgresStore, pg_url: str, complaints: list[dict[str, Any]], where: str
+) -> None:
+    """A call cancelled while its transaction runs or begins (a worker stopping, a wait
+    given up) leaves none open: its connection goes back to the pool without asyncpg's
+    complaint, "Resetting connection with an active transaction", and serves the next
+    call. A transaction pooler's begins with a statement of its own (``BEGIN; SET
+    LOCAL …``), which a slow statement stands for here."""
+    assert pooled._db.pool is not None
+    slow = "SELECT pg_sleep(60)"
+
+    async def call() -> None:
+        assert pooled._db.pool is not None
+        async with pooled._db.pool.acquire() as conn:
+            if where == "as it begins":
+                async with transaction_begun(conn, f"BEGIN; {slow}"):
+                    pass
+            else:
+                async with transaction_begun(conn, "BEGIN"):
+                    await conn.fetchval(slow)
+
+    running = asyncio.ensure_future(call())
+    await _until_running(pg_url, f"BEGIN; {slow}" if where == "as it begins" else slow)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert await pooled._db.session(_one) == 1
+    assert not complaints, complaints

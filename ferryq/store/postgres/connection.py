@@ -437,9 +437,12 @@ def transaction_with(conn: Conn, settings: str) -> contextlib.AbstractAsyncConte
 async def transaction_begun(conn: Conn, begin: str) -> AsyncIterator[None]:
     """A transaction begun by the simple query ``begin``: committed if the block ends
     normally, else rolled back. A lost connection cannot be; its server ends the
-    transaction, and the pool's ``_reset`` catches any other left open."""
-    await conn.execute(begin)
+    transaction, and the pool's ``_reset`` catches any other left open. The ``begin``
+    is inside: cancelled while it runs (a worker stopping), it may have begun the
+    transaction all the same, and asyncpg would complain of it (an error in the log)
+    as it gives the connection back; a ROLLBACK with none begun does nothing."""
     try:
+        await conn.execute(begin)
         yield
     except BaseException:
         with contextlib.suppress(*CONNECTION_LOST):
