@@ -97,8 +97,7 @@ class App:
         JobOptions(namespace=namespace).validate()
         self.namespace = namespace
         if clock is None:  # a file on this host needs no offset (ferryq.clock)
-            on_server = self.url.startswith(("postgresql:", "postgres:"))
-            clock = ServerClock() if on_server else time.time
+            clock = ServerClock() if self._on_server else time.time
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -110,6 +109,9 @@ class App:
         self._portal: Portal | None = None
         # The portal loop's store, for sync enqueues (see _insert_sync).
         self._portal_store: tuple[Portal, Store] | None = None
+        # SQLite: the store of enqueues on the application's own connection, never
+        # opened (see _file_store).
+        self._file_store_made: Store | None = None
         #: Your code around every enqueue and every attempt: see ``ferryq.hooks``.
         self.hooks = Hooks()
         #: What this process hears about at once (see ``ferryq.ops.Signals``).
@@ -296,8 +298,11 @@ class App:
         with self._store_lock:
             stores, self._stores = self._stores, {}
             self._closers = {}
+            file_store, self._file_store_made = self._file_store_made, None
         portal, self._portal = self._portal, None
         self._portal_store = None
+        if file_store is not None:
+            file_store.terminate()
         for loop, store in stores.items():
             if portal is not None and loop is portal.loop:
                 portal.call(store.close())
@@ -377,9 +382,16 @@ class App:
     ) -> list[Inserted]:
         if connection is None:
             return await (await self.store()).job_insert_many(job, encoded_args)
+        if not self._on_server:  # the caller's sqlite3 connection, on its own thread
+            return self._file_store().insert_on(connection, job, encoded_args)
         if job.after:  # in a transaction of its own, not the caller's
             await self._prepare_dependencies()
         return await insert_on_connection_async(connection, job, encoded_args)
+
+    @property
+    def _on_server(self) -> bool:
+        """Whether the database is PostgreSQL's, not a file."""
+        return self.url.startswith(("postgresql:", "postgres:"))
 
     def _handles(self, job: NewJob, inserted: Sequence[Inserted]) -> list[JobHandle]:
         metrics.ENQUEUED.inc(sum(row.created for row in inserted), job.namespace, job.queue)
@@ -400,16 +412,31 @@ class App:
         return self._handles(job, self._insert_sync(job, encoded_args))
 
     def _insert_sync(self, job: NewJob, encoded_args: Sequence[str]) -> list[Inserted]:
-        # The portal loop's store, kept with the portal it belongs to: a store kept
-        # from before close() would be closed, and the portal new.
+        store = self._sync_store()
+        if not store.inserts_blocking:
+            return self.portal_call(self._insert(job, encoded_args, None))
+        return store.job_insert_blocking(job, encoded_args)
+
+    def _file_store(self) -> Store:
+        """The SQLite store whose ``insert_on`` writes on the application's own
+        connection. It is never opened: opening writes, and the application's
+        transaction, open around the call, holds the file's write lock. The schema must
+        be there already (any App or worker that opened the file, or ``ferryq
+        migrate``)."""
+        with self._store_lock:
+            if self._file_store_made is None:
+                self._file_store_made = open_store(self.url)
+            return self._file_store_made
+
+    def _sync_store(self) -> Store:
+        """The portal loop's store, for calls on the caller's thread; kept with the
+        portal it belongs to: a store kept from before close() would be closed, and the
+        portal new."""
         portal = self._the_portal()
         kept = self._portal_store
         if kept is None or kept[0] is not portal:
             kept = self._portal_store = (portal, portal.call(self.store()))
-        store = kept[1]
-        if not store.inserts_blocking:
-            return self.portal_call(self._insert(job, encoded_args, None))
-        return store.job_insert_blocking(job, encoded_args)
+        return kept[1]
 
     async def _prepare_dependencies(self) -> None:
         await (await self.store()).prepare_dependencies()
@@ -431,6 +458,8 @@ class App:
             return []
 
         def insert() -> list[Inserted]:
+            if not self._on_server:
+                return self._file_store().insert_on(connection, job, encoded_args)
             if job.after:  # in a transaction of its own, not the caller's
                 self.portal_call(self._prepare_dependencies())
             return insert_on_connection(connection, job, encoded_args)

@@ -217,7 +217,8 @@ class TaskCall(Generic[P, R]):
         """Enqueue on your own database connection, inside your open transaction.
 
         A sync psycopg 3 connection works with ``enqueue``; asyncpg and async psycopg 3
-        connections with ``enqueue_async``. The job exists only if you commit.
+        connections with ``enqueue_async``; a sqlite3 connection to the App's SQLite
+        file with either, on its own thread. The job exists only if you commit.
         """
         return TaskCall(self.task, self.job_options, connection)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ferryq.errors import ConfigurationError
 from ferryq.job import Job, State
 from ferryq.lanes import LaneRule, LaneView
 
@@ -498,6 +499,15 @@ class Store(Protocol):
         """The database server's clock, Unix seconds; None where the database is a file
         on this host (ferryq.clock)."""
         return None
+
+    def insert_on(self, connection: object, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        """Insert on the application's own connection to this store's database, in its
+        open transaction (``task.using(conn)``), on the caller's thread: checked first,
+        a ConfigurationError naming the fix for a connection that cannot be used."""
+        raise ConfigurationError(
+            f"cannot enqueue on a {type(connection).__qualname__} here: pass a "
+            "connection to the App's database"
+        )
 
     async def reserve(self) -> None:
         """A worker's start: open the connections the store may hold while it claims,

@@ -33,7 +33,7 @@ from ferryq.store.base import (
     NewJob,
     WorkerInfo,
 )
-from ferryq.store.sqlite import claims, lanes, maintenance, operations, session
+from ferryq.store.sqlite import claims, external, lanes, maintenance, operations, session
 from ferryq.store.sqlite.connection import Database, parse_url
 from ferryq.store.sqlite.inserts import Inserts
 from ferryq.store.sqlite.waits import Waits
@@ -61,6 +61,7 @@ class SQLiteStore(base.Store):
         self.read_only = read_only
         self._inserts = Inserts(db)
         self._waits = Waits(db)
+        self._commits: external.CommitWatch | None = None  # made by the first insert_on
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteStore:
@@ -73,10 +74,17 @@ class SQLiteStore(base.Store):
         await self._db.open(migrate)
 
     async def close(self) -> None:
+        self._end_commit_watch()
         await self._db.close()
 
     def terminate(self) -> None:
+        self._end_commit_watch()
         self._db.terminate()
+
+    def _end_commit_watch(self) -> None:
+        commits, self._commits = self._commits, None
+        if commits is not None:
+            commits.close()
 
     def refuses(self, error: BaseException) -> bool:
         return self._db.refuses(error)
@@ -93,6 +101,13 @@ class SQLiteStore(base.Store):
         return await self._inserts.insert_async(job, args)
 
     inserts_blocking: bool = True
+
+    def insert_on(self, connection: object, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+        inserted = external.insert(connection, self._db.file, job, args)
+        if self._commits is None:
+            self._commits = external.CommitWatch(self._db.file)
+        self._commits.written()
+        return inserted
 
     def job_insert_blocking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         return self._inserts.insert_blocking(job, args)

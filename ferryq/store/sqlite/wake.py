@@ -125,6 +125,10 @@ class Notifier:
         except OSError as exc:  # never fails a commit: waiters still look every second
             log.debug("SQLite wake-ups in %s failed: %s", self._folder.path, exc)
 
+    def ring(self) -> None:
+        """Wake the waiting stores, whatever wrote (an application's own commit)."""
+        self._send()
+
     def _send(self) -> None:
         own = self._own
         targets = self._listeners()
