@@ -33,6 +33,7 @@ from ferryq.hooks import Enqueue, Hooks
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.ops import JobFilter, LaneInfo, Operations, Signals
+from ferryq.own_connection import driver_connection
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
@@ -382,6 +383,7 @@ class App:
     ) -> list[Inserted]:
         if connection is None:
             return await (await self.store()).job_insert_many(job, encoded_args)
+        connection = driver_connection(connection)
         if not self._on_server:  # the caller's sqlite3 connection, on its own thread
             return self._file_store().insert_on(connection, job, encoded_args)
         if job.after:  # in a transaction of its own, not the caller's
@@ -458,11 +460,12 @@ class App:
             return []
 
         def insert() -> list[Inserted]:
+            conn = driver_connection(connection)
             if not self._on_server:
-                return self._file_store().insert_on(connection, job, encoded_args)
+                return self._file_store().insert_on(conn, job, encoded_args)
             if job.after:  # in a transaction of its own, not the caller's
                 self.portal_call(self._prepare_dependencies())
-            return insert_on_connection(connection, job, encoded_args)
+            return insert_on_connection(conn, job, encoded_args)
 
         if not self.hooks.around_enqueue:
             return self._handles(job, insert())
