@@ -1,5 +1,5 @@
-"""The benchmarks of lanes, dependencies, rates, history counts, worker processes and
-the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes, dependencies, rates, history counts, worker processes, the
+soak and the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -72,6 +72,24 @@ def test_the_processes_benchmark_runs(pg_cluster: PgCluster) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     for line in ("--processes 1: ", "--processes 2: ", "ratio: "):
         assert line in done.stdout, done.stdout
+
+
+def test_the_soak_runs_both_arms_through_the_three_phases(pg_cluster: PgCluster) -> None:
+    """A few thousand jobs, a transaction open for a second: each arm reports every
+    measure before, during and after it; the second arm is the migrations' options."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.soak", "--jobs", "2000", "--rate", "1000", "--hold", "1",
+         "--every", "0.2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = done.stdout.split("medians of 1 rounds")[1]
+    assert "PostgreSQL's defaults:" in report, report
+    assert "options autovacuum_" in report, report
+    for row in ("before      during       after", "pickup p99, ms", "ready scan, ms",
+                "total, MB", "dead rows, most", "autovacuums", "load (1 min)"):  # fmt: skip
+        assert report.count(row) == 2, report
 
 
 def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgCluster) -> None:
