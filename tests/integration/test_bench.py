@@ -1,5 +1,5 @@
-"""The benchmarks of lanes, dependencies, rates, history counts, worker processes and
-the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes, dependencies, rates, history counts, worker processes, the
+soak and the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -21,8 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
     """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
+    return run_module(module, ["--backend", "both", *options], pg_cluster)
+
+
+def run_module(module: str, options: list[str], pg_cluster: PgCluster) -> str:
+    """``python -m bench.MODULE OPTIONS`` with the tests' PostgreSQL; its output, once it
+    succeeded."""
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{module}", "--backend", "both", *options],
+        [sys.executable, "-m", f"bench.{module}", *options],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
     )  # fmt: skip
@@ -63,28 +69,31 @@ def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluste
 
 
 def test_the_processes_benchmark_runs(pg_cluster: PgCluster) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.processes", "--rounds", "1", "--jobs", "200",
-         "--work-ms", "0.5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    output = run_module("processes", ["--rounds", "1", "--jobs", "200", "--work-ms", "0.5"],
+                        pg_cluster)  # fmt: skip
     for line in ("--processes 1: ", "--processes 2: ", "ratio: "):
-        assert line in done.stdout, done.stdout
+        assert line in output, output
+
+
+def test_the_soak_runs_both_arms_through_the_three_phases(pg_cluster: PgCluster) -> None:
+    """A few thousand jobs, a transaction open for a second: each arm reports every
+    measure before, during and after it; the second arm is the migrations' options."""
+    output = run_module("soak", ["--jobs", "2000", "--rate", "1000", "--hold", "1",
+                                 "--every", "0.2"], pg_cluster)  # fmt: skip
+    report = output.split("medians of 1 rounds")[1]
+    assert "PostgreSQL's defaults:" in report, report
+    assert "options autovacuum_" in report, report
+    for row in ("before      during       after", "pickup p99, ms", "ready scan, ms",
+                "total, MB", "dead rows, most", "autovacuums", "load (1 min)"):  # fmt: skip
+        assert report.count(row) == 2, report
 
 
 def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgCluster) -> None:
     """HEAD against the working tree, every setting and measure at a tiny size; the
     temporary worktree is gone afterwards."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "1", "--jobs", "50",
-         "--enqueues", "5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = done.stdout.split("medians of 1 rounds")[1]
+    output = run_module("ab", ["HEAD", "--rounds", "1", "--jobs", "50", "--enqueues", "5"],
+                        pg_cluster)  # fmt: skip
+    report = output.split("medians of 1 rounds")[1]
     for row in ("PostgreSQL durable", "SQLite NORMAL", "SQLite FULL", "drain, jobs/s",
                 "worker CPU per job, µs", "single enqueue, calls/s"):  # fmt: skip
         assert row in report, report

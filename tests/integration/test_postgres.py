@@ -558,3 +558,22 @@ async def test_two_prunes_at_once_drop_each_partition_once(pg_url: str) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_the_jobs_table_is_vacuumed_by_a_number_of_dead_rows(pg_empty_url: str) -> None:
+    """Migration 0014 (docs/operations.md, "Vacuum and bloat"): ferryq_jobs is vacuumed
+    once 1,000 of its rows are dead, whatever its size; no other table has options."""
+    store = open_store(pg_empty_url)
+    await store.open()
+    await store.close()
+    conn = await asyncpg.connect(pg_empty_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT relname, reloptions FROM pg_class"
+            " WHERE relname LIKE 'ferryq%' AND reloptions IS NOT NULL"
+        )
+    finally:
+        await conn.close()
+    assert {row["relname"]: sorted(row["reloptions"]) for row in rows} == {
+        "ferryq_jobs": ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000"]
+    }

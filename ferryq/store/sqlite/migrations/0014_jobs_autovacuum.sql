@@ -1,0 +1,4 @@
+-- PostgreSQL's 0014 sets autovacuum options on ferryq_jobs. SQLite keeps no dead
+-- versions of rows (a deleted row's space is free once its transaction commits), so
+-- there is no vacuum to tune: nothing to do here, the number is kept alike on both
+-- backends.
