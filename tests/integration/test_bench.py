@@ -1,5 +1,6 @@
-"""The benchmarks of lanes, dependencies, rates, history counts, worker processes and
-the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
+"""The benchmarks of lanes, dependencies, rates, history counts, worker processes, the
+pooler and the A/B against a ref still run end to end: tiny sizes, one round, figures
+not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -15,19 +16,25 @@ import sys
 from pathlib import Path
 
 from tests.pg import PgCluster
+from tests.pgbouncer import Bouncer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
-    """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
+def run_module(module: str, options: list[str], pg_cluster: PgCluster) -> str:
+    """``python -m bench.MODULE OPTIONS`` on ``pg_cluster``; its output, once it succeeded."""
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{module}", "--backend", "both", *options],
+        [sys.executable, "-m", f"bench.{module}", *options],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout
+
+
+def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
+    """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
+    return run_module(module, ["--backend", "both", *options], pg_cluster)
 
 
 def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
@@ -63,28 +70,30 @@ def test_the_history_counts_benchmark_runs_on_both_backends(pg_cluster: PgCluste
 
 
 def test_the_processes_benchmark_runs(pg_cluster: PgCluster) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.processes", "--rounds", "1", "--jobs", "200",
-         "--work-ms", "0.5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    output = run_module("processes", ["--rounds", "1", "--jobs", "200", "--work-ms", "0.5"],
+                        pg_cluster)  # fmt: skip
     for line in ("--processes 1: ", "--processes 2: ", "ratio: "):
-        assert line in done.stdout, done.stdout
+        assert line in output, output
+
+
+def test_the_pooled_benchmark_runs(pg_cluster: PgCluster, pgbouncer: Bouncer) -> None:
+    """The bench starts a PgBouncer of its own; ``pgbouncer`` is asked for its check
+    only (skipped without a pgbouncer binary, failed under CI)."""
+    options = ["--rounds", "1", "--jobs", "50", "--calls", "5", "--producers", "2",
+               "--producer-calls", "5", "--processes", "1,2", "--samples", "3",
+               "--gap", "0", "0.05", "--quiet", "0.2"]  # fmt: skip
+    report = run_module("pooled", options, pg_cluster).split("medians of 1 rounds")[1]
+    for row in ("drain, 1 worker process(es), jobs/s", "drain, 2 worker process(es), jobs/s",
+                "enqueue, one caller, calls/s", "enqueue, 2 processes at once, calls/s",
+                "idle worker: pickup p50, ms", "idle worker: CPU, % of a core"):  # fmt: skip
+        assert row in report, report
 
 
 def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgCluster) -> None:
     """HEAD against the working tree, every setting and measure at a tiny size; the
     temporary worktree is gone afterwards."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "1", "--jobs", "50",
-         "--enqueues", "5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "FERRYQ_BENCH_PG_URL": pg_cluster.url},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = done.stdout.split("medians of 1 rounds")[1]
+    options = ["HEAD", "--rounds", "1", "--jobs", "50", "--enqueues", "5"]
+    report = run_module("ab", options, pg_cluster).split("medians of 1 rounds")[1]
     for row in ("PostgreSQL durable", "SQLite NORMAL", "SQLite FULL", "drain, jobs/s",
                 "worker CPU per job, µs", "single enqueue, calls/s"):  # fmt: skip
         assert row in report, report
