@@ -47,12 +47,14 @@ lint:
 bench:
 	@scripts/venv.sh test,bench
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-pgbouncer.sh
 	.venv/bin/python -m bench.sqlite_throughput
 	.venv/bin/python -m bench.postgres_throughput
 	.venv/bin/python -m bench.enqueue
 	.venv/bin/python -m bench.producers
 	.venv/bin/python -m bench.lanes
 	.venv/bin/python -m bench.processes
+	.venv/bin/python -m bench.pooled
 	.venv/bin/python -m bench.http
 	.venv/bin/python -m bench.dashboard
 	.venv/bin/python -m bench.soak

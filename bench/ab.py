@@ -137,7 +137,7 @@ def drain(run: Run, side: Side, url: str, server: ServerCpu) -> Figure:
                                 stderr=stderr, preexec_fn=run.pinned())  # fmt: skip
     try:
         runs.wait_ticks(ticks, 1, proc)
-        user_at_first, system_at_first = _cpu_seconds(proc.pid)
+        user_at_first, system_at_first = runs.cpu_seconds(proc.pid)
         server_at_first = server() if server is not None else math.nan
         runs.wait_ticks(ticks, run.jobs, proc)
         served = (server() if server is not None else math.nan) - server_at_first
@@ -170,18 +170,6 @@ def _side_command(run: Run, side: Side, url: str, command: str, count: int, *, p
     if done.returncode != 0:
         raise RuntimeError(f"{side.name}: ab_side {command} failed:\n{done.stderr[-3000:]}")
     return done.stdout
-
-
-def _cpu_seconds(pid: int) -> tuple[float, float]:
-    """The CPU seconds a live process has used so far, user and system, from /proc;
-    nothing elsewhere."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0, 0.0
-    user, system = stat.rpartition(")")[2].split()[11:13]
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(user) / tick, int(system) / tick
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> tuple[float, float]:

@@ -128,19 +128,28 @@ def enqueue_lanes(url: str, n: int, lanes: int) -> None:
     asyncio.run(fill())
 
 
-def pickup(url: str, samples: int, workdir: pathlib.Path, **options: object) -> tuple[float, float]:
-    """(p50, p99) ms from enqueue to task start, one job in flight at a time;
-    ``options`` go to every enqueue (a lane, say)."""
+def pickup(
+    url: str,
+    samples: int,
+    workdir: pathlib.Path,
+    *,
+    gap: tuple[float, float] = (0.0, 0.1),
+    worker_args: Sequence[str] = (),
+    **options: object,
+) -> tuple[float, float]:
+    """(p50, p99) ms from enqueue to task start, one job in flight at a time, a random
+    ``gap`` (seconds, from, to) before each; ``worker_args`` as ``args`` of
+    ``start_worker``; ``options`` go to every enqueue (a lane, say)."""
     ticks = ticks_file(workdir)
     app = ferryq.App(url)
     app.enqueue(ferryq_tasks.tick.name, **options)  # warm-up: start-up is not latency
-    proc = start_worker(url, ticks)
+    proc = start_worker(url, ticks, args=worker_args)
     rng = random.Random(1)
     enqueued: list[float] = []
     try:
         wait_ticks(ticks, 1, proc)
         for i in range(samples):
-            time.sleep(rng.uniform(0.0, 0.1))
+            time.sleep(rng.uniform(*gap))
             enqueued.append(time.time())
             app.enqueue(ferryq_tasks.tick.name, **options)
             wait_ticks(ticks, i + 2, proc)
@@ -151,6 +160,18 @@ def pickup(url: str, samples: int, workdir: pathlib.Path, **options: object) -> 
     latencies = sorted((s - e) * 1000 for s, e in zip(started, enqueued, strict=True))
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     return q[49], q[98]
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """The CPU seconds a live process has used so far, user and system, from /proc;
+    nothing elsewhere."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0, 0.0
+    user, system = stat.rpartition(")")[2].split()[11:13]
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(user) / tick, int(system) / tick
 
 
 def median(values: list[float]) -> float:

@@ -1,5 +1,6 @@
 """The benchmarks of lanes, dependencies, rates, history counts, worker processes, the
-soak and the A/B against a ref still run end to end: tiny sizes, one round, figures not judged.
+soak, the pooler and the A/B against a ref still run end to end: tiny sizes, one
+round, figures not judged.
 
 The lane benchmark starts real worker processes on both backends and checks its own
 setup (the backlog lane is filled as described and left alone by the worker); the
@@ -15,18 +16,13 @@ import sys
 from pathlib import Path
 
 from tests.pg import PgCluster
+from tests.pgbouncer import Bouncer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
-    """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
-    return run_module(module, ["--backend", "both", *options], pg_cluster)
-
-
 def run_module(module: str, options: list[str], pg_cluster: PgCluster) -> str:
-    """``python -m bench.MODULE OPTIONS`` with the tests' PostgreSQL; its output, once it
-    succeeded."""
+    """``python -m bench.MODULE OPTIONS`` on ``pg_cluster``; its output, once it succeeded."""
     done = subprocess.run(
         [sys.executable, "-m", f"bench.{module}", *options],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -34,6 +30,11 @@ def run_module(module: str, options: list[str], pg_cluster: PgCluster) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout
+
+
+def run_bench(module: str, options: list[str], pg_cluster: PgCluster) -> str:
+    """``python -m bench.MODULE OPTIONS`` on both backends; its output, once it succeeded."""
+    return run_module(module, ["--backend", "both", *options], pg_cluster)
 
 
 def test_the_lanes_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
@@ -88,12 +89,24 @@ def test_the_soak_runs_both_arms_through_the_three_phases(pg_cluster: PgCluster)
         assert report.count(row) == 2, report
 
 
+def test_the_pooled_benchmark_runs(pg_cluster: PgCluster, pgbouncer: Bouncer) -> None:
+    """The bench starts a PgBouncer of its own; ``pgbouncer`` is asked for its check
+    only (skipped without a pgbouncer binary, failed under CI)."""
+    options = ["--rounds", "1", "--jobs", "50", "--calls", "5", "--producers", "2",
+               "--producer-calls", "5", "--processes", "1,2", "--samples", "3",
+               "--gap", "0", "0.05", "--quiet", "0.2"]  # fmt: skip
+    report = run_module("pooled", options, pg_cluster).split("medians of 1 rounds")[1]
+    for row in ("drain, 1 worker process(es), jobs/s", "drain, 2 worker process(es), jobs/s",
+                "enqueue, one caller, calls/s", "enqueue, 2 processes at once, calls/s",
+                "idle worker: pickup p50, ms", "idle worker: CPU, % of a core"):  # fmt: skip
+        assert row in report, report
+
+
 def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgCluster) -> None:
     """HEAD against the working tree, every setting and measure at a tiny size; the
     temporary worktree is gone afterwards."""
-    output = run_module("ab", ["HEAD", "--rounds", "1", "--jobs", "50", "--enqueues", "5"],
-                        pg_cluster)  # fmt: skip
-    report = output.split("medians of 1 rounds")[1]
+    options = ["HEAD", "--rounds", "1", "--jobs", "50", "--enqueues", "5"]
+    report = run_module("ab", options, pg_cluster).split("medians of 1 rounds")[1]
     for row in ("PostgreSQL durable", "SQLite NORMAL", "SQLite FULL", "drain, jobs/s",
                 "worker CPU per job, µs", "single enqueue, calls/s"):  # fmt: skip
         assert row in report, report
