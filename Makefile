@@ -58,6 +58,7 @@ bench:
 	.venv/bin/python -m bench.http
 	.venv/bin/python -m bench.dashboard
 	.venv/bin/python -m bench.soak
+	.venv/bin/python -m bench.transactional
 
 # The working tree against REF, alternated in one run: make ab REF=main AB_ARGS="--pin"
 ab:

@@ -33,7 +33,7 @@ from ferryq.hooks import Enqueue, Hooks
 from ferryq.job import MAX_JOB_ID, Job, State
 from ferryq.lanes import LaneRule
 from ferryq.ops import JobFilter, LaneInfo, Operations, Signals
-from ferryq.own_connection import driver_connection
+from ferryq.own_connection import driver_connection, driver_connection_async
 from ferryq.periodic import Periodic, Schedule, check_catch_up
 from ferryq.policy import JobOptions
 from ferryq.store import Store, insert_on_connection, insert_on_connection_async, open_store
@@ -383,12 +383,17 @@ class App:
     ) -> list[Inserted]:
         if connection is None:
             return await (await self.store()).job_insert_many(job, encoded_args)
-        connection = driver_connection(connection)
+        connection = await driver_connection_async(connection)
         if not self._on_server:  # the caller's sqlite3 connection, on its own thread
-            return self._file_store().insert_on(connection, job, encoded_args)
+            return await self._file_store().insert_on_async(connection, job, encoded_args)
         if job.after:  # in a transaction of its own, not the caller's
             await self._prepare_dependencies()
-        return await insert_on_connection_async(connection, job, encoded_args)
+        return await insert_on_connection_async(
+            connection, job, encoded_args, self._database_identity
+        )
+
+    async def _database_identity(self) -> tuple[str, ...]:
+        return await (await self.store()).database_identity()
 
     @property
     def _on_server(self) -> bool:
@@ -465,7 +470,9 @@ class App:
                 return self._file_store().insert_on(conn, job, encoded_args)
             if job.after:  # in a transaction of its own, not the caller's
                 self.portal_call(self._prepare_dependencies())
-            return insert_on_connection(conn, job, encoded_args)
+            return insert_on_connection(
+                conn, job, encoded_args, lambda: self.portal_call(self._database_identity())
+            )
 
         if not self.hooks.around_enqueue:
             return self._handles(job, insert())

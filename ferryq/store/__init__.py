@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ferryq.errors import ConfigurationError
@@ -42,22 +42,32 @@ def open_store(url: str, *, read_only: bool = False, direct_url: str | None = No
     )
 
 
-def insert_on_connection(connection: object, job: NewJob, args: Sequence[str]) -> list[Inserted]:
-    """Insert on the application's own (sync) connection, in its open transaction."""
+def insert_on_connection(
+    connection: object,
+    job: NewJob,
+    args: Sequence[str],
+    expected: Callable[[], tuple[str, ...]],
+) -> list[Inserted]:
+    """Insert on the application's own (sync) connection, in its open transaction.
+    ``expected``: the App's database (``Store.database_identity``), asked for the first
+    time a connection is seen, which must reach it."""
     _require_asyncpg()
     from ferryq.store.postgres import external
 
-    return external.insert_sync(connection, job, args)
+    return external.insert_sync(connection, job, args, expected)
 
 
 async def insert_on_connection_async(
-    connection: object, job: NewJob, args: Sequence[str]
+    connection: object,
+    job: NewJob,
+    args: Sequence[str],
+    expected: Callable[[], Awaitable[tuple[str, ...]]],
 ) -> list[Inserted]:
     """Insert on the application's own async connection, in its open transaction."""
     _require_asyncpg()
     from ferryq.store.postgres import external
 
-    return await external.insert_async(connection, job, args)
+    return await external.insert_async(connection, job, args, expected)
 
 
 def _require_asyncpg() -> None:

@@ -509,6 +509,18 @@ class Store(Protocol):
             "connection to the App's database"
         )
 
+    async def insert_on_async(
+        self, connection: object, job: NewJob, args: Sequence[str]
+    ) -> list[Inserted]:
+        """``insert_on`` from a coroutine: on the loop's thread, or on the thread of an
+        async driver's connection that runs the sync one (aiosqlite)."""
+        return self.insert_on(connection, job, args)
+
+    async def database_identity(self) -> tuple[str, ...]:
+        """What tells this store's database from another (PostgreSQL: its name and its
+        server's), for checking that an application's own connection reaches it."""
+        return ()
+
     async def reserve(self) -> None:
         """A worker's start: open the connections the store may hold while it claims,
         so that a server or pooler that refuses them says so now, once, rather than

@@ -113,3 +113,11 @@ def test_the_ab_benchmark_alternates_a_ref_with_the_working_tree(pg_cluster: PgC
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout  # fmt: skip
     assert "ferryq-ab-" not in worktrees
+
+
+def test_the_transactional_benchmark_runs_on_both_backends(pg_cluster: PgCluster) -> None:
+    output = run_bench("transactional", ["--rounds", "1", "--calls", "20"], pg_cluster)
+    for setting in ("SQLite NORMAL", "PostgreSQL, durable"):
+        section = output.split(f"{setting}: medians of 1 rounds")[1].split("\n\n")[0]
+        for row in ("Session alone", "ratio Session / own, sync", "ratio AsyncSession / own"):
+            assert row in section, section

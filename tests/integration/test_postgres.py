@@ -577,3 +577,29 @@ async def test_the_jobs_table_is_vacuumed_by_a_number_of_dead_rows(pg_empty_url:
     assert {row["relname"]: sorted(row["reloptions"]) for row in rows} == {
         "ferryq_jobs": ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000"]
     }
+
+
+async def test_a_connection_to_another_database_or_in_a_failed_transaction_is_refused(
+    app: ferryq.App, pg_url: str, pg_empty_url: str
+) -> None:
+    """Checked before anything is written: the database the connection reaches (once per
+    connection), and a transaction that a statement failed, which needs a rollback."""
+    double = _tasks(app)
+    refused = pytest.raises(ferryq.ConfigurationError, match="another server or database")
+    with psycopg.connect(pg_empty_url) as other, other.transaction(), refused:
+        double.using(other).enqueue(1)
+    other_async = await asyncpg.connect(pg_empty_url)
+    conn = await asyncpg.connect(pg_url)
+    try:
+        with pytest.raises(ferryq.ConfigurationError, match="another server or database"):
+            async with other_async.transaction():
+                await double.using(other_async).enqueue_async(1)
+        with pytest.raises(ferryq.ConfigurationError, match=r"failed.*roll it back"):
+            async with conn.transaction():
+                with contextlib.suppress(asyncpg.DivisionByZeroError):
+                    await conn.execute("SELECT 1 / 0")
+                await double.using(conn).enqueue_async(1)
+    finally:
+        await other_async.close()
+        await conn.close()
+    assert await app.list_jobs_async(task="double") == []

@@ -5,20 +5,36 @@ that commit. Works with asyncpg connections and psycopg 3 connections, sync or
 async. The insert is written once, async (``insert_with``); for a sync psycopg
 connection it is driven without an event loop (``flows.drive``), since it never
 really waits.
+
+Before the first insert on a connection, it is checked to reach the store's database
+(the database's name and its server's start time, compared with what the store reads;
+``identity.same``), once per connection object, kept weakly; one of another database or
+server is refused before anything is written. A transaction that failed earlier is
+refused with the fix named (roll it back), not with the server's bare error.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
 from ferryq.store.flows import drive
-from ferryq.store.postgres.inserts import insert_jobs, insert_with
+from ferryq.store.postgres.connection import runner
+from ferryq.store.postgres.identity import IDENTITY_WITHOUT_CONTROL, same
+from ferryq.store.postgres.inserts import insert_with
 from ferryq.store.postgres.queries import Statement
 
 Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
+#: What the store's database is (``identity.of_store``), asked for when a connection not
+#: yet checked comes.
+Expected = Callable[[], Awaitable[tuple[str, ...]]]
+#: The connections found to reach the store's database.
+_checked: weakref.WeakSet[Any] = weakref.WeakSet()
+#: SQLSTATE in_failed_sql_transaction: a statement failed earlier in the transaction.
+FAILED_TRANSACTION = "25P02"
 
 
 def driver_of(connection: object) -> str:
@@ -33,21 +49,38 @@ def driver_of(connection: object) -> str:
     )
 
 
-async def insert_async(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+async def insert_async(
+    connection: Any, job: NewJob, args: Sequence[str], expected: Expected
+) -> list[Inserted]:
     driver = driver_of(connection)
     if driver == "psycopg":
         raise ConfigurationError("a sync psycopg connection needs enqueue(), not enqueue_async()")
+    run: Runner
     if driver == "asyncpg":
-        return await insert_jobs(connection, job, args)
+        run = runner(connection)
+        identity = connection.fetchrow
+    else:
 
-    async def psycopg_run(statement: Statement, params: dict[str, Any]) -> list[Any]:
-        cursor = await connection.execute(statement.pyformat, params)
-        return list(await cursor.fetchall()) if cursor.description else []
+        async def run(statement: Statement, params: dict[str, Any]) -> list[Any]:
+            cursor = await connection.execute(statement.pyformat, params)
+            return list(await cursor.fetchall()) if cursor.description else []
 
-    return await insert_with(psycopg_run, job, args)
+        async def identity(query: str) -> Any:
+            return await (await connection.execute(query)).fetchone()
+
+    try:
+        if connection not in _checked:
+            _check_database(tuple(await identity(IDENTITY_WITHOUT_CONTROL)), await expected())
+            _checked.add(connection)
+        return await insert_with(run, job, args)
+    except Exception as exc:
+        _raise_failed_transaction(exc)
+        raise
 
 
-def insert_sync(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inserted]:
+def insert_sync(
+    connection: Any, job: NewJob, args: Sequence[str], expected: Callable[[], tuple[str, ...]]
+) -> list[Inserted]:
     if driver_of(connection) != "psycopg":
         raise ConfigurationError("an async connection needs enqueue_async(), not enqueue()")
 
@@ -55,4 +88,29 @@ def insert_sync(connection: Any, job: NewJob, args: Sequence[str]) -> list[Inser
         cursor = connection.execute(statement.pyformat, params)
         return list(cursor.fetchall()) if cursor.description else []
 
-    return drive(insert_with(run, job, args))
+    try:
+        if connection not in _checked:
+            row = connection.execute(IDENTITY_WITHOUT_CONTROL).fetchone()
+            _check_database(tuple(row), expected())
+            _checked.add(connection)
+        return drive(insert_with(run, job, args))
+    except Exception as exc:
+        _raise_failed_transaction(exc)
+        raise
+
+
+def _check_database(seen: tuple[Any, ...], expected: tuple[str, ...]) -> None:
+    seen = tuple(str(value) for value in seen)
+    if not same(seen, expected):
+        raise ConfigurationError(
+            f"the connection reaches database {seen[0]!r} of another server or database "
+            f"than the App's ({expected[0]!r}): enqueue on a connection to the App's database"
+        )
+
+
+def _raise_failed_transaction(exc: Exception) -> None:
+    if getattr(exc, "sqlstate", None) == FAILED_TRANSACTION:
+        raise ConfigurationError(
+            "the connection's transaction failed (a statement in it raised): roll it back, "
+            "then enqueue in the transaction that follows"
+        ) from exc

@@ -40,7 +40,7 @@ async def check_direct(db: Database, direct_url: str) -> None:
         direct = await _identity(conn)
     finally:
         await conn.close()
-    if not _same(direct, pooled):
+    if not same(direct, pooled):
         raise StoreError(
             f"the direct URL {shown} reaches database {direct[0]!r} of another server or "
             f"database than {db.safe_url} ({pooled[0]!r}): give the direct URL of the same "
@@ -48,7 +48,15 @@ async def check_direct(db: Database, direct_url: str) -> None:
         )
 
 
-def _same(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+async def of_store(db: Database) -> tuple[str, ...]:
+    """``db``'s database and server, by what any role may read (IDENTITY_WITHOUT_CONTROL),
+    as an application's own connection is checked against it (ferryq.store.postgres.
+    external): a statement that failed there would fail the application's transaction."""
+    row = await db.session(lambda conn: conn.fetchrow(IDENTITY_WITHOUT_CONTROL), transaction=False)
+    return tuple(str(value) for value in row)
+
+
+def same(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
     """The same database of the same server: the control data compared only where both
     roles may read it."""
     if one[:2] != other[:2]:

@@ -384,6 +384,9 @@ class PostgresStore(base.Store):
 
     # -- workers -----------------------------------------------------------------
 
+    async def database_identity(self) -> tuple[str, ...]:
+        return await identity.of_store(self._db)
+
     async def server_time(self) -> float | None:
         (row,) = await self._db.fetch("server_time")
         return float(row[0])

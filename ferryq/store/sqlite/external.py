@@ -23,13 +23,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ferryq.errors import ConfigurationError
 from ferryq.store.base import Inserted, NewJob
 from ferryq.store.sqlite import wake
 from ferryq.store.sqlite.inserts import insert_many
+
+T = TypeVar("T")
 
 #: How long a watch looks for the application's commit before leaving it to the
 #: workers' own looks.
@@ -54,6 +57,36 @@ def insert(connection: object, file: Path, job: NewJob, args: Sequence[str]) -> 
             f"{file} has no ferryq tables yet: run `ferryq migrate`, or open an App or a "
             "worker on it once, before enqueueing on your own connection"
         ) from exc
+
+
+def is_aiosqlite(connection: object) -> bool:
+    return type(connection).__module__.startswith("aiosqlite")
+
+
+async def on_thread_of(connection: Any, insert: Callable[[sqlite3.Connection], T]) -> T:
+    """``insert`` run with an aiosqlite connection's sqlite3 connection, on the thread
+    that owns it, in one hop: the check and the insert run as one call there, between
+    the application's own calls, as each of aiosqlite's methods runs. aiosqlite has no
+    public way to run a function there; its ``_execute``, on which all its methods are
+    built and which SQLAlchemy's adapter uses as well (to set isolation_level), is
+    it. Running the statements one by one through its public ``execute`` would cost a
+    hop each and a second, async, copy of the insert."""
+    execute = getattr(connection, "_execute", None)
+    if execute is None:
+        raise ConfigurationError(
+            "this aiosqlite has no Connection._execute: pip install 'aiosqlite>=0.17,<1'"
+        )
+
+    def on_its_thread() -> T:
+        return insert(connection._conn)
+
+    try:
+        result: T = await execute(on_its_thread)
+    except ValueError as exc:  # aiosqlite's "Connection closed", "no active connection"
+        if "connection" not in str(exc).lower():
+            raise
+        raise ConfigurationError(f"cannot enqueue on this aiosqlite connection: {exc}") from exc
+    return result
 
 
 def _check(connection: sqlite3.Connection, file: Path) -> None:

@@ -109,6 +109,15 @@ class SQLiteStore(base.Store):
         self._commits.written()
         return inserted
 
+    async def insert_on_async(
+        self, connection: object, job: NewJob, args: Sequence[str]
+    ) -> list[Inserted]:
+        if external.is_aiosqlite(connection):
+            return await external.on_thread_of(
+                connection, lambda conn: self.insert_on(conn, job, args)
+            )
+        return self.insert_on(connection, job, args)
+
     def job_insert_blocking(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         return self._inserts.insert_blocking(job, args)
 
