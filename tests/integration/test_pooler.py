@@ -174,6 +174,26 @@ async def test_an_app_in_pooler_mode_enqueues_runs_and_returns_results(
     ]
 
 
+def test_sync_enqueues_through_the_pooler_alone_and_in_a_transaction(
+    pgbouncer_url: str,
+) -> None:
+    """``task.enqueue()`` on the caller's thread (on_thread.py): a plain job's insert
+    goes alone, one statement its own transaction; a lane's and a unique key's take a
+    transaction (settle, the key's lock). Every job is there, the unique one once."""
+    app = ferryq.App(pooled_url(pgbouncer_url))
+    try:
+        double = _double(app)
+        plain = [double.enqueue(n) for n in range(POOL_SIZE * 2)]
+        in_lane = [double.options(lane="customer:1").enqueue(n) for n in range(3)]
+        first = double.options(unique_key="once").enqueue(7)
+        again = double.options(unique_key="once").enqueue(7)
+        assert again.id == first.id and not again.created
+        ids = {job.id for job in app.list_jobs(task="double", limit=1000)}
+        assert ids == {handle.id for handle in [*plain, *in_lane, first]}
+    finally:
+        app.close()
+
+
 @pytest.mark.parametrize("driver", ["psycopg", "psycopg-async", "asyncpg"])
 async def test_an_app_in_pooler_mode_enqueues_in_the_callers_transaction(
     app: ferryq.App, pgbouncer_url: str, driver: str

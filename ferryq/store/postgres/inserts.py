@@ -82,6 +82,7 @@ class Inserts:
         self.on_thread = ThreadInserts(
             self._db.url, self._db.safe_url, settings, insert_with,
             pooled=self._db.pooling.pooled, begin=self._db.begin,
+            alone=self._db.pooling.transaction and not self._db.pooling.settings,
         )  # fmt: skip
 
     async def close(self) -> None:

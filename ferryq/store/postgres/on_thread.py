@@ -13,9 +13,12 @@ the loop. One lost while it ran leaves the insert's outcome unknown, so the call
 fails with StoreError, as it would on the loop (an enqueue is not run twice).
 
 Behind a pooler the settings cannot go in the startup packet: a session pooler's
-connection gets them by ``SET`` once connected; behind a transaction pooler each
-insert runs in a transaction begun as the store's are (``begin``), and psycopg
-prepares no statement (its ``prepare_threshold``).
+connection gets them by ``SET`` once connected; behind a transaction pooler psycopg
+prepares no statement (its ``prepare_threshold``), and an insert runs in a transaction
+begun as the store's are (``begin``), but for a plain job's when the URL sets nothing
+of its own: that one statement goes alone, in one round trip (psycopg sends its
+Parse, Bind and Execute together), its own transaction, where ferryq's settings have
+nothing to do (against three round trips in a transaction: ``bench/pooled.py``).
 """
 
 from __future__ import annotations
@@ -49,13 +52,14 @@ class ThreadInserts:
 
     def __init__(
         self, url: str, safe_url: str, settings: dict[str, str], insert: Insert, *,
-        pooled: bool = False, begin: str | None = None,
+        pooled: bool = False, begin: str | None = None, alone: bool = False,
     ) -> None:  # fmt: skip
         self._url, self._safe_url = url, safe_url
         self._options = " ".join(f"-c {name}={value}" for name, value in settings.items())
         self._pooled = pooled  # behind a pooler: settings by SET, or in ``begin``
         self._set = set_statements(settings)
         self._begin = begin
+        self._alone = alone  # a one-statement insert needs no transaction (see above)
         self._insert = insert
         self._lock = threading.Lock()
         self._conn: Any = None
@@ -131,7 +135,8 @@ class ThreadInserts:
             return list(cursor.fetchall()) if cursor.description else []
 
         try:
-            if self._begin is None:
+            one_statement = job.lane is None and job.unique_key is None and not job.after
+            if self._begin is None or (self._alone and one_statement):
                 return drive(self._insert(run, job, args, notify))
             conn.execute(self._begin)
             try:
