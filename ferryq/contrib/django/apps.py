@@ -1,0 +1,18 @@
+"""The Django app ``ferryq.contrib.django`` (label ``ferryq``)."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class FerryqConfig(AppConfig):
+    name = "ferryq.contrib.django"
+    label = "ferryq"
+    verbose_name = "ferryq"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Every installed app's tasks.py registers its tasks, in every process: a
+        # worker then knows the tasks a web process enqueues.
+        autodiscover_modules("tasks")
