@@ -27,12 +27,14 @@ from ferryq.errors import ConfigurationError
 from ferryq.policy import JobOptions
 
 _made: App | None = None
-_lock = threading.Lock()
+# Reentrant: django.setup() in get_app() imports tasks.py, which calls get_app().
+_lock = threading.RLock()
 
 
 def get_app() -> App:
-    """The project's App, made from the settings on first use (Django set up first if
-    it is not yet: a worker started by plain ``ferryq`` with DJANGO_SETTINGS_MODULE)."""
+    """The project's App, made from the settings on first use. Django is set up first
+    if it is not yet (a worker started by plain ``ferryq`` with DJANGO_SETTINGS_MODULE):
+    its apps' ``tasks.py``, imported then, ask for the App in turn, and make it."""
     global _made
     with _lock:
         if _made is None:
@@ -42,8 +44,10 @@ def get_app() -> App:
                 import django
 
                 django.setup()
-            _made = App()
-            _configure(_made)
+        if _made is None:
+            made = App()
+            _configure(made)
+            _made = made
         return _made
 
 
