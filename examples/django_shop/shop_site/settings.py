@@ -63,4 +63,6 @@ TEMPLATES = [
         },
     }
 ]
+# django.tasks (the django-tasks backport on Django 5.2): @task functions run on ferryq.
+TASKS = {"default": {"BACKEND": "ferryq.contrib.django.TasksBackend"}}
 FERRYQ = {"NAMESPACE": os.environ.get("SHOP_NAMESPACE", "default")}

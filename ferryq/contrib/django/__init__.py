@@ -12,6 +12,7 @@ tasks on it in an app's ``tasks.py`` (found at start-up, as the admin finds
 
 Inside ``transaction.atomic()`` on ferryq's database an enqueue is written by Django's
 connection, in its transaction (``ambient_connection``); outside, it commits at once.
+``TasksBackend`` is the backend of ``django.tasks`` (``ferryq.contrib.django.backend``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def _in_event_loop() -> bool:
 def __getattr__(name: str) -> Any:
     if name == "app":
         return get_app()
+    if name == "TasksBackend":  # imports django_tasks: only for a project that uses it
+        from ferryq.contrib.django.backend import TasksBackend
+
+        return TasksBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
@@ -16,3 +18,7 @@ class FerryqConfig(AppConfig):
         # Every installed app's tasks.py registers its tasks, in every process: a
         # worker then knows the tasks a web process enqueues.
         autodiscover_modules("tasks")
+        if importlib.util.find_spec("django_tasks") is not None:
+            from ferryq.contrib.django import backend
+
+            backend.register()  # the ferryq task that runs django.tasks jobs
