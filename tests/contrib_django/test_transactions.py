@@ -144,3 +144,15 @@ async def test_enqueue_async_inside_atomic_is_refused(shop_db: str) -> None:
         finally:
             connection.close()  # this task's own, which the test's end would not close
     assert jobs_of(shop_db) == []
+
+
+def test_the_shops_view_creates_the_order_and_its_job(shop_db: str) -> None:
+    from django.test import Client
+
+    response = Client().post("/orders/", {"item": "tea"})
+    assert response.status_code == 201
+    created = response.json()
+    assert Order.objects.get(id=created["order"]).receipt_job == created["job"]
+    run_jobs()
+    receipt = project_app.get_job(created["job"]).result
+    assert receipt == f"receipt for order {created['order']}: tea"
