@@ -117,6 +117,14 @@ class App:
         self.hooks = Hooks()
         #: What this process hears about at once (see ``ferryq.ops.Signals``).
         self.signals = Signals()
+        #: Asked at every enqueue given no connection of its own: the connection of a
+        #: transaction open around the call, for the jobs to be written in it (as with
+        #: ``task.using(connection)``), or None for the App's own connection, which
+        #: commits at once. A framework sets it (``ferryq.contrib.django``: Django's
+        #: connection inside ``transaction.atomic()``). Called on the enqueueing
+        #: thread, and inside the event loop for ``enqueue_async``: a connection that
+        #: async code must not use is refused there by the function itself.
+        self.ambient_connection: Callable[[], object | None] | None = None
 
     def use(self, middleware: object) -> None:
         """Register the hook methods of ``middleware`` (``app.hooks.use``)."""
@@ -345,6 +353,8 @@ class App:
         job = self._new_job(task, encoded_args, options, payload_limit)
         if not encoded_args:
             return []
+        if connection is None:
+            connection = self._ambient()
         count = len(encoded_args)
         return await self._enqueue(
             task, options, job, count, lambda: self._insert(job, encoded_args, connection)
@@ -395,6 +405,10 @@ class App:
     async def _database_identity(self) -> tuple[str, ...]:
         return await (await self.store()).database_identity()
 
+    def _ambient(self) -> object | None:
+        """The connection of the transaction open around an enqueue, if one is found."""
+        return None if self.ambient_connection is None else self.ambient_connection()
+
     @property
     def _on_server(self) -> bool:
         """Whether the database is PostgreSQL's, not a file."""
@@ -410,7 +424,11 @@ class App:
         """The sync twin of ``enqueue_raw``: the store commits on the caller's thread
         (``Store.job_insert_blocking``), with no hop through the portal's event loop.
         With enqueue hooks the call runs on the portal, as ``enqueue_raw``, so that
-        they run in one task, in a copy of this thread's context."""
+        they run in one task, in a copy of this thread's context. Inside a transaction
+        that ``ambient_connection`` finds, the jobs are written in it."""
+        connection = self._ambient()
+        if connection is not None:
+            return self.enqueue_raw_on(connection, task, encoded_args, options)
         if self.hooks.around_enqueue:
             return self.portal_call(self.enqueue_raw(task, encoded_args, options))
         job = self._new_job(task, encoded_args, options)

@@ -14,6 +14,10 @@ connection, a transaction that failed and awaits its rollback, a connection in
 autocommit mode (the job would commit at once, not with the session), a driver the store
 cannot write on. SQLAlchemy is imported only for an object of one of its classes, which
 are known by their module's name.
+
+Django's connection (``django.db.connection``, ``connections[alias]``), inside
+``transaction.atomic()``, also known by its class's module (Django is not imported
+here).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ def sqlalchemy_kind(connection: object) -> str | None:
 
 def driver_connection(connection: object) -> object:
     """The driver's connection under ``connection`` (itself if none is known)."""
+    if _is_django(connection):
+        return _django_driver_connection(connection)
     kind = sqlalchemy_kind(connection)
     if kind is None:
         return connection
@@ -65,6 +71,11 @@ async def driver_connection_async(connection: object) -> object:
     through the session first if none was yet: the job's insert, sent on asyncpg's
     connection directly, would otherwise commit at once, and the session's commit,
     knowing of no transaction, would commit nothing."""
+    if _is_django(connection):
+        raise ConfigurationError(
+            "Django's connections are for sync code: enqueue() on it inside "
+            "transaction.atomic(), not enqueue_async()"
+        )
     kind = sqlalchemy_kind(connection)
     if kind is None:
         return connection
@@ -174,3 +185,24 @@ def _closed(kind: str) -> ConfigurationError:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _is_django(connection: object) -> bool:
+    """Django's wrapper, or ``django.db.connection``, the proxy that stands for it."""
+    module = type(connection).__module__
+    return module == "django.utils.connection" or module.startswith(
+        ("django.db.backends.", "django.contrib.gis.db.backends.")
+    )
+
+
+def _django_driver_connection(connection: Any) -> object:
+    """Under Django's wrapper, its driver's connection: only inside ``atomic()``, where
+    Django has a transaction open (outside, every statement would commit at once)."""
+    if not connection.in_atomic_block:
+        raise ConfigurationError(
+            f"Django's connection {connection.alias!r} has no transaction open: enqueue on "
+            "it inside transaction.atomic(), or without it to commit at once"
+        )
+    connection.validate_no_broken_transaction()  # an error earlier in the block
+    connection.ensure_connection()
+    return connection.connection

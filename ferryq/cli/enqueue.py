@@ -40,7 +40,7 @@ from ferryq.policy import AFTER_FAILED, OPTION_NAMES
               help="A job that must end first (repeat for more).")  # fmt: skip
 @click.option("--after-failed", type=click.Choice(AFTER_FAILED),
               help="When one of those ends without success [default: fail].")  # fmt: skip
-@click.option("--app", "target", metavar="MODULE:APP",
+@click.option("--app", "target", metavar="MODULE:APP", envvar="FERRYQ_APP", show_envvar=True,
               help="Start from the defaults of TASK as registered in this App.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context

@@ -35,7 +35,7 @@ WORKER_SWITCH_INTERVAL = 0.001
 
 
 @click.command()
-@click.argument("target", metavar="MODULE:APP")
+@click.argument("target", metavar="MODULE:APP", envvar="FERRYQ_APP")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
               help="Jobs run at once.")  # fmt: skip
 @click.option("--queues", "-q", metavar="A,B", help="Queues to consume [default: the app's].")
@@ -66,7 +66,8 @@ def worker(
     log_level: str,
     log_format: str,
 ) -> None:
-    """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app)."""
+    """Run the tasks of the App at MODULE:APP (e.g. myproject.jobs:app; by default
+    FERRYQ_APP's, which ``manage.py ferryq`` sets to the Django project's)."""
     app = configured(load_app(target), settings(ctx))
     if direct_url:
         app.direct_url = direct_url

@@ -1,0 +1,1 @@
+"""Integrations of ferryq with frameworks, each imported only by who uses it."""
