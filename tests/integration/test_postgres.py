@@ -603,3 +603,25 @@ async def test_a_connection_to_another_database_or_in_a_failed_transaction_is_re
         await other_async.close()
         await conn.close()
     assert await app.list_jobs_async(task="double") == []
+
+
+async def test_enqueue_on_a_pool_connection_in_a_time_zone_of_its_own(
+    app: ferryq.App, pg_url: str
+) -> None:
+    """An asyncpg pool's connection (a proxy, new at each acquire) and sessions whose
+    TimeZone is not the store's (Django sets UTC): the same database all the same."""
+    double = _tasks(app)
+    pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=1)
+    try:
+        for zone in ("Asia/Tokyo", "America/New_York"):
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET TIME ZONE '{zone}'")
+                await double.using(conn).enqueue_async(1)
+    finally:
+        await pool.close()
+    with (
+        psycopg.connect(pg_url, options="-c TimeZone=Pacific/Auckland") as conn,
+        conn.transaction(),
+    ):
+        double.using(conn).enqueue(2)
+    assert sorted(job.args for job in await app.list_jobs_async(task="double")) == [[1], [1], [2]]

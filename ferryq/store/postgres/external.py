@@ -15,6 +15,7 @@ refused with the fix named (roll it back), not with the server's bare error.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -38,15 +39,29 @@ FAILED_TRANSACTION = "25P02"
 
 
 def driver_of(connection: object) -> str:
-    module = type(connection).__module__
-    if module.startswith("asyncpg"):
+    package = type(connection).__module__.partition(".")[0]
+    if package == "asyncpg":
         return "asyncpg"
-    if module.startswith("psycopg"):
+    if package == "psycopg":
         return "psycopg-async" if hasattr(connection, "__aenter__") else "psycopg"
+    hint = ""
+    if package == "psycopg2":
+        hint = " (psycopg2 is not psycopg 3: pip install 'psycopg[binary]')"
     raise ConfigurationError(
         f"cannot enqueue on a {type(connection).__qualname__}: pass an asyncpg connection "
-        "or a psycopg 3 connection"
+        f"or a psycopg 3 connection{hint}"
     )
+
+
+def _key(connection: Any) -> Any:
+    """What ``_checked`` keeps for ``connection``: under an asyncpg pool's proxy (new at
+    each acquire, and not weakly referable), the connection itself."""
+    return getattr(connection, "_con", None) or connection
+
+
+def _remember(connection: Any) -> None:
+    with contextlib.suppress(TypeError):  # not weakly referable: checked every time
+        _checked.add(_key(connection))
 
 
 async def insert_async(
@@ -69,9 +84,9 @@ async def insert_async(
             return await (await connection.execute(query)).fetchone()
 
     try:
-        if connection not in _checked:
+        if _key(connection) not in _checked:
             _check_database(tuple(await identity(IDENTITY_WITHOUT_CONTROL)), await expected())
-            _checked.add(connection)
+            _remember(connection)
         return await insert_with(run, job, args)
     except Exception as exc:
         _raise_failed_transaction(exc)
@@ -89,10 +104,10 @@ def insert_sync(
         return list(cursor.fetchall()) if cursor.description else []
 
     try:
-        if connection not in _checked:
+        if _key(connection) not in _checked:
             row = connection.execute(IDENTITY_WITHOUT_CONTROL).fetchone()
             _check_database(tuple(row), expected())
-            _checked.add(connection)
+            _remember(connection)
         return drive(insert_with(run, job, args))
     except Exception as exc:
         _raise_failed_transaction(exc)

@@ -17,12 +17,15 @@ from ferryq.store.postgres.pooler import pooling_of
 
 #: The database's name and its cluster's: ``system_identifier`` is set once by initdb
 #: (a replica shares it with its primary), and the postmaster's start time tells two
-#: servers apart where a role may not read the control data.
+#: servers apart where a role may not read the control data. The start time as Unix
+#: seconds: as text it is written in the session's TimeZone, which two sessions of one
+#: server may set apart (Django's is UTC).
+START = "extract(epoch FROM pg_postmaster_start_time())::text"
 IDENTITY = (
-    "SELECT current_database(), pg_postmaster_start_time()::text, "
+    f"SELECT current_database(), {START}, "
     "(SELECT system_identifier::text FROM pg_control_system())"
 )
-IDENTITY_WITHOUT_CONTROL = "SELECT current_database(), pg_postmaster_start_time()::text, ''"
+IDENTITY_WITHOUT_CONTROL = f"SELECT current_database(), {START}, ''"
 
 
 async def check_direct(db: Database, direct_url: str) -> None:
