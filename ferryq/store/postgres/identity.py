@@ -22,8 +22,7 @@ from ferryq.store.postgres.pooler import pooling_of
 #: server may set apart (Django's is UTC).
 START = "extract(epoch FROM pg_postmaster_start_time())::text"
 IDENTITY = (
-    f"SELECT current_database(), {START}, "
-    "(SELECT system_identifier::text FROM pg_control_system())"
+    f"SELECT current_database(), {START}, (SELECT system_identifier::text FROM pg_control_system())"
 )
 IDENTITY_WITHOUT_CONTROL = f"SELECT current_database(), {START}, ''"
 

@@ -142,11 +142,11 @@ class Inserts:
             return asyncio.run_coroutine_threadsafe(locking, loop).result()
         # With no commit of calls under way, on this thread's own connection.
         if self._leaders == 0 and (on_thread := self.on_thread) is not None:
-            notify = self.notices.wanted((job.queue,))
-            inserted = on_thread.insert(job, args, notify)
+            with self.notices.deciding((job.queue,)) as notice:
+                inserted = on_thread.insert(job, args, notice.notify)
+                if inserted is None:  # not inserted here: the loop's call decides anew
+                    notice.withdraw()
             if inserted is not None:
-                if not notify:
-                    self.notices.owe((job.queue,))
                 return inserted
         wake = threading.Lock()
         wake.acquire()
@@ -231,19 +231,15 @@ class Inserts:
 
     async def _insert_alike(self, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         # Without dedup or a lane the insert is one statement, atomic by itself.
-        queues = (job.queue,)
-        notify = self.notices.wanted(queues)
-        inserted = await self._db.session(
-            insert_jobs, job, args, notify, transaction=False, idempotent=False, inserts=True
-        )
-        if not notify:
-            self.notices.owe(queues)
-        return inserted
+        with self.notices.deciding((job.queue,)) as notice:
+            return await self._db.session(
+                insert_jobs, job, args, notice.notify,
+                transaction=False, idempotent=False, inserts=True,
+            )  # fmt: skip
 
     async def _insert_together(self, batch: Sequence[PendingInsert]) -> None:
         jobs = [(p.job, a) for p in batch for a in p.args]
-        queues = {p.job.queue for p in batch}
-        notify = self.notices.wanted(queues)
+        notice = self.notices.deciding({p.job.queue for p in batch})
         params = {
             "namespaces": [j.namespace for j, _ in jobs], "queues": [j.queue for j, _ in jobs],
             "tasks": [j.task for j, _ in jobs], "args": [a for _, a in jobs],
@@ -254,17 +250,16 @@ class Inserts:
             "max_tries": [j.max_tries for j, _ in jobs], "retries": [j.retry for j, _ in jobs],
             "stages": [j.stage for j, _ in jobs], "contexts": [j.context for j, _ in jobs],
             "metas": [j.meta for j, _ in jobs], "created_ats": [j.created_at for j, _ in jobs],
-            "timeouts": [j.timeout for j, _ in jobs], "notify": notify,
+            "timeouts": [j.timeout for j, _ in jobs], "notify": notice.notify,
         }  # fmt: skip
 
         async def insert(conn: Conn) -> list[int]:
             return list((await run(conn, Q["job_insert_rows"], **params))[0][0])
 
-        ids = iter(
-            await self._db.session(insert, transaction=False, idempotent=False, inserts=True)
-        )
-        if not notify:
-            self.notices.owe(queues)
+        with notice:
+            ids = iter(
+                await self._db.session(insert, transaction=False, idempotent=False, inserts=True)
+            )
         for pending in batch:
             pending.inserted = [Inserted(next(ids), True) for _ in pending.args]
 
@@ -277,15 +272,11 @@ class Inserts:
             await self.prepare_dependencies()
         # A lane's settle is one plan for every enqueue: planning it anew each time (the
         # session's force_custom_plan) cost more than running it.
-        queues = (job.queue,)
-        notify = self.notices.wanted(queues)
-        inserted = await self._db.session(
-            insert_jobs, job, args, notify,
-            idempotent=False, settings=GENERIC_PLANS if job.lane is not None else None,
-        )  # fmt: skip
-        if not notify:
-            self.notices.owe(queues)
-        return inserted
+        with self.notices.deciding((job.queue,)) as notice:
+            return await self._db.session(
+                insert_jobs, job, args, notice.notify,
+                idempotent=False, settings=GENERIC_PLANS if job.lane is not None else None,
+            )  # fmt: skip
 
     async def prepare_dependencies(self) -> None:
         """The history's trigger that resolves dependencies, made by the first enqueue

@@ -46,6 +46,8 @@ NOTIFY_EVERY = 0.05
 NOTIFY_OWED = "SELECT pg_notify('ferryq_jobs', q) FROM unnest($1::text[]) AS q"
 #: After an owed NOTIFY failed, the next try.
 RETRY_SECONDS = 1.0
+#: The longest a closing store tries to send what it owes.
+CLOSE_SECONDS = 1.0
 
 
 class Notices:
@@ -79,6 +81,19 @@ class Notices:
                 last[queue] = now
             return True
 
+    def deciding(self, queues: Collection[str]) -> Notice:
+        """Around an enqueue into ``queues`` (``with``): whether it notifies (``wanted``);
+        if not, the NOTIFY owed as it ends, however it ends: one whose outcome is not
+        known may have committed, and a NOTIFY too many costs a look."""
+        return Notice(self, queues, self.wanted(queues))
+
+    def forget(self, queues: Collection[str]) -> None:
+        """``queues`` count as not notified: a NOTIFY decided for an enqueue that was
+        not sent after all."""
+        with self._lock:
+            for queue in queues:
+                self._last.pop(queue, None)
+
     def owe(self, queues: Collection[str]) -> None:
         """An enqueue into ``queues`` that did not notify has committed: a NOTIFY of
         each follows, NOTIFY_EVERY after its last one."""
@@ -104,8 +119,11 @@ class Notices:
             queues, self._owed = sorted(self._owed), set()
             self._loop = None
         if queues:
-            with contextlib.suppress(Exception):  # the store is closing: best effort
-                await self._db.session(_notify, queues, transaction=False)
+            # The store is closing: best effort, and quickly (a session would ride out
+            # an outage for half a minute; the workers' own looks find the jobs).
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await self._db.session(_notify, queues, transaction=False)
 
     def terminate(self) -> None:
         task, self._sending, self._loop = self._sending, None, None
@@ -149,6 +167,30 @@ class Notices:
                 if self._sending is asyncio.current_task():
                     self._sending = None
             raise
+
+
+class Notice:
+    """One enqueue's part in its queues' NOTIFYs (``Notices.deciding``)."""
+
+    def __init__(self, notices: Notices, queues: Collection[str], notify: bool) -> None:
+        self.notices = notices
+        self.queues = queues
+        #: Whether the enqueue sends the NOTIFY itself.
+        self.notify = notify
+        self._withdrawn = False
+
+    def withdraw(self) -> None:
+        """The enqueue did not happen here (it is made again elsewhere, deciding anew)."""
+        self._withdrawn = True
+        if self.notify:
+            self.notices.forget(self.queues)
+
+    def __enter__(self) -> Notice:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if not self.notify and not self._withdrawn:
+            self.notices.owe(self.queues)
 
 
 async def _notify(conn: Conn, queues: list[str]) -> None:

@@ -1,8 +1,11 @@
 """Enqueue on the application's own sqlite3 connection, inside its own transaction.
 
 The connection must be to the store's file and in a transaction, or about to begin one
-(Python's default: the insert begins it): the jobs exist only if the application
-commits. Bad input is refused before anything is written: a closed connection, one to
+(Python's default: the application's first write begins it): the jobs exist only if
+the application commits. With none begun yet, the enqueue begins it (``BEGIN
+IMMEDIATE``, which takes the write lock at once), so that what it reads first (a
+unique key's job, the dependencies' states) holds until its insert, as in ferryq's own
+write transactions. Bad input is refused before anything is written: a closed connection, one to
 another file, one in autocommit mode with no transaction open (the jobs would commit
 at once, not with the application's rows).
 
@@ -49,6 +52,8 @@ def insert(connection: object, file: Path, job: NewJob, args: Sequence[str]) -> 
         )
     _check(connection, file)
     try:
+        if not connection.in_transaction:
+            connection.execute("BEGIN IMMEDIATE")
         return insert_many(connection, job, args)
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):

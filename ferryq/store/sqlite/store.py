@@ -15,6 +15,7 @@ thread (``Database.read`` and ``Database.write``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 from ferryq.job import Job, State
@@ -62,6 +63,8 @@ class SQLiteStore(base.Store):
         self._inserts = Inserts(db)
         self._waits = Waits(db)
         self._commits: external.CommitWatch | None = None  # made by the first insert_on
+        self._commits_lock = threading.Lock()
+        self._commits_ended = False  # closed: no watch is made any more
 
     @classmethod
     def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteStore:
@@ -82,7 +85,9 @@ class SQLiteStore(base.Store):
         self._db.terminate()
 
     def _end_commit_watch(self) -> None:
-        commits, self._commits = self._commits, None
+        with self._commits_lock:
+            commits, self._commits = self._commits, None
+            self._commits_ended = True
         if commits is not None:
             commits.close()
 
@@ -104,9 +109,12 @@ class SQLiteStore(base.Store):
 
     def insert_on(self, connection: object, job: NewJob, args: Sequence[str]) -> list[Inserted]:
         inserted = external.insert(connection, self._db.file, job, args)
-        if self._commits is None:
-            self._commits = external.CommitWatch(self._db.file)
-        self._commits.written()
+        with self._commits_lock:
+            if self._commits is None and not self._commits_ended:
+                self._commits = external.CommitWatch(self._db.file)
+            commits = self._commits
+        if commits is not None:  # else the store closed: the workers' own looks find it
+            commits.written()
         return inserted
 
     async def insert_on_async(
