@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from examples.django_shop.shop.tasks import send_receipt
@@ -67,3 +69,11 @@ def test_manage_py_ferryq_commands(shop_db: str) -> None:
     assert '"mail"' in listed.stdout  # the task's queue: --app came from the project
     helped = manage(shop_db, "ferryq", "--help")
     assert "manage.py ferryq" in helped.stdout and "worker" in helped.stdout
+
+
+def test_call_command_returns_or_raises_and_leaves_the_environment(shop_db: str) -> None:
+    before = dict(os.environ)
+    call_command("ferryq", "stats")
+    with pytest.raises(CommandError, match="exited with"):
+        call_command("ferryq", "jobs", "show", "999999999")
+    assert dict(os.environ) == before

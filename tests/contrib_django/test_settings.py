@@ -11,7 +11,7 @@ from django.core.management import call_command
 from examples.django_shop.shop.tasks import send_receipt
 from ferryq import App
 from ferryq.contrib.django import app as project_app
-from ferryq.contrib.django.conf import postgres_url, sqlite_url
+from ferryq.contrib.django.conf import postgres_url, same_database, sqlite_url
 from ferryq.errors import ConfigurationError
 from tests.contrib_django.django_db import use_database
 
@@ -30,6 +30,19 @@ def test_postgres_url_on_a_socket_and_without_credentials() -> None:
         "postgresql:///shop?host=%2Frun%2Fpostgresql"
     )
     assert postgres_url({"NAME": "shop", "USER": "web"}) == "postgresql://web@/shop"
+
+
+def test_ferryqs_own_parameters_leave_the_database_the_same() -> None:
+    """FERRYQ['URL'] behind PgBouncer says pooler= and connections=: Django's alias is
+    still the same database, whose transactions enqueues join."""
+    django = "postgresql://shop@pgbouncer:6432/shop?sslmode=require"
+    assert same_database(f"{django}&pooler=transaction&connections=3", django)
+    assert same_database("postgres://shop@pgbouncer:6432/shop", django)
+    assert not same_database("postgresql://shop@pgbouncer:6432/other", django)
+    assert not same_database("postgresql://admin@pgbouncer:6432/shop", django)
+    assert not same_database("postgresql://shop@db:5432/shop", django)
+    assert same_database("sqlite:////data/shop.db?synchronous=full", "sqlite:////data/shop.db")
+    assert not same_database("sqlite:////data/other.db", "sqlite:////data/shop.db")
 
 
 def test_sqlite_url_is_the_absolute_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ connection, in its transaction (``ambient_connection``); outside, it commits at 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from ferryq.clock import ServerClock
 from ferryq.errors import ConfigurationError
 from ferryq.policy import JobOptions
 
+log = logging.getLogger("ferryq.django")
 _made: App | None = None
 # Reentrant: django.setup() in get_app() imports tasks.py, which calls get_app().
 _lock = threading.RLock()
@@ -72,6 +74,12 @@ def _configure(made: App) -> None:
     made.ambient_connection = None
     if config.joins_transactions:
         made.ambient_connection = lambda: ambient_connection(config.database)
+    else:
+        log.warning(
+            "FERRYQ['URL'] reaches another database than DATABASES[%r]: enqueues commit "
+            "on ferryq's own connection at once, never in Django's transactions",
+            config.database,
+        )
 
 
 def ambient_connection(alias: str) -> object | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from django.conf import settings
 from django.db import connections
@@ -37,9 +37,24 @@ class FerryqSettings:
 
     @property
     def joins_transactions(self) -> bool:
-        """Whether enqueues join the transactions of Django's ``database``: its URL is
-        ferryq's."""
-        return self.url == url_of_database(self.database)
+        """Whether enqueues join the transactions of Django's ``database``: ferryq's URL
+        reaches the same database as the alias's, as the same user; ferryq's own
+        parameters (``pooler=``, ``connections=``) and the rest of the query aside."""
+        return same_database(self.url, url_of_database(self.database))
+
+
+def same_database(one: str, other: str) -> bool:
+    """Whether two URLs name the same database, user, host and port (the host of a Unix
+    socket in the query, as libpq takes it)."""
+    return _where(one) == _where(other)
+
+
+def _where(url: str) -> tuple[str, ...]:
+    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
+    if parts.scheme.startswith("sqlite"):
+        return ("sqlite", os.path.abspath(unquote(parts.path.removeprefix("/"))))
+    host = parts.hostname or dict(parse_qsl(parts.query)).get("host", "")
+    return (parts.scheme, parts.username or "", host, str(parts.port or 5432), parts.path)
 
 
 def ferryq_settings() -> FerryqSettings:

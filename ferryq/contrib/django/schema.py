@@ -12,15 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferryq.contrib.django import get_app
+from ferryq.contrib.django import get_app, reload_settings
 from ferryq.contrib.django.conf import ferryq_settings
 
 
 def migrate_schema(apps: Any, schema_editor: Any) -> None:
-    """A ``RunPython`` step: ferryq's migrations, on ferryq's own connection."""
-    if schema_editor.connection.alias != ferryq_settings().database:
+    """A ``RunPython`` step: ferryq's migrations, on ferryq's own connection. The App
+    is made again first if its database is no longer the one Django migrates: the test
+    runner renames each database (``test_…``, SQLite in memory or a file of its own)
+    after the App was made from the settings, and migrates the new one; from then on
+    the App writes there too."""
+    config = ferryq_settings()
+    if schema_editor.connection.alias != config.database:
         return
-    get_app().migrate()
+    app = get_app()
+    if app.url != config.url:
+        reload_settings()
+    app.migrate()
 
 
 def keep_schema(apps: Any, schema_editor: Any) -> None:

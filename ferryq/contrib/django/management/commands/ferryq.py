@@ -15,12 +15,14 @@ import os
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ferryq.contrib.django import get_app
 
 #: The App that ``ferryq worker`` and ``ferryq enqueue --app`` load when given none.
 APP_TARGET = "ferryq.contrib.django:app"
+#: What ``run`` sets in the environment, for ferryq's command line and its children.
+ENVIRONMENT = ("FERRYQ_URL", "FERRYQ_APP", "FERRYQ_DIRECT_URL", "PYTHONPATH")
 
 
 class Command(BaseCommand):
@@ -34,8 +36,22 @@ class Command(BaseCommand):
         parser.add_argument("args", nargs="*", help="ferryq's command and its arguments")
 
     def handle(self, *args: str, **options: Any) -> None:
-        """``call_command("ferryq", "jobs", "ls")``."""
-        run(list(args), prog_name="ferryq")
+        """``call_command("ferryq", "jobs", "ls")``: returns once the command succeeded;
+        one that failed raises CommandError with its exit code (ferryq's command line
+        ends the process, which a caller of call_command does not expect). The caller's
+        environment is left as it was."""
+        saved = {name: os.environ.get(name) for name in ENVIRONMENT}
+        try:
+            run(list(args), prog_name="ferryq")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise CommandError(f"ferryq {' '.join(args)} exited with {exc.code}") from exc
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def run(args: list[str], prog_name: str) -> None:
