@@ -224,17 +224,30 @@ class Database:
         or moves the first to another, where the statement it prepared is not."""
         try:
             first = await _backend(conn)
-            other = await asyncpg.connect(self.url)
-            try:
-                async with other.transaction():
-                    second = await other.fetchval(BACKEND)
+            try:  # a pooler with no server connection free makes the other wait
+                async with asyncio.timeout(PROBE_SECONDS):
+                    other = await asyncpg.connect(self.url)
+            except TimeoutError:
+                return  # nothing known: the pooler is busy, or slow
+            try:  # its transaction ends with it
+                try:
+                    async with asyncio.timeout(PROBE_SECONDS):
+                        await other.execute("BEGIN")
+                        second = await other.fetchval(BACKEND)
+                except TimeoutError:
+                    return  # nothing known: no server connection free for it
+                # A session client has its own server connection: only a transaction
+                # pooler's, the other's now, makes this one wait.
+                async with asyncio.timeout(PROBE_SECONDS):
                     again = await _backend(conn)
             finally:
-                await other.close()
+                other.terminate()
             if second != first and again == first:
                 return
         except asyncpg.InvalidSQLStatementNameError:
             pass  # prepared on one server connection, run on another
+        except TimeoutError:
+            pass  # the first waited for the server connection the other holds
         raise StoreError(
             f"{self.safe_url} says pooler=session, but its pooler runs each transaction "
             "on whichever server connection is free (a transaction pooler): give "
@@ -408,6 +421,8 @@ class Database:
 
 
 BACKEND = "SELECT pg_backend_pid()"
+#: How long the check of a session pooler waits for a step (``_check_session_pooler``).
+PROBE_SECONDS = 5.0
 
 
 async def _backend(conn: Conn) -> int:
