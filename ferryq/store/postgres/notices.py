@@ -38,10 +38,10 @@ from ferryq.store.postgres.connection import Conn, Database
 log = logging.getLogger("ferryq.store.postgres")
 #: A store's least time between two NOTIFYs of one queue (see the module's text).
 #: 8 producer processes, one job per call, durable PostgreSQL (bench/producers.py,
-#: medians of 5 rounds, 2 cores with others at work): every 50 ms, 1,708 calls/s;
-#: a NOTIFY each, 1,442; none, 1,849. Every 10 ms gained little (1,413 against 1,340
-#: and 1,769 in a run of its own): the owed NOTIFYs, a transaction each, came as often
-#: as the calls' had.
+#: medians of 5 rounds on 2 quiet cores): every 50 ms, 2,150 calls/s; a NOTIFY each,
+#: 1,926; none, 2,586. Every 10 ms gained little (1,413 against 1,340 and 1,769 in a
+#: run of its own, the machine busy): the owed NOTIFYs, a transaction each, came about
+#: as often as the calls' had.
 NOTIFY_EVERY = 0.05
 NOTIFY_OWED = "SELECT pg_notify('ferryq_jobs', q) FROM unnest($1::text[]) AS q"
 #: After an owed NOTIFY failed, the next try.
