@@ -162,6 +162,11 @@ def pickup(
     return q[49], q[98]
 
 
+def load_average() -> str:
+    """The machine's load averages (1, 5 and 15 min), for a run's figures."""
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """The CPU seconds a live process has used so far, user and system, from /proc;
     nothing elsewhere."""

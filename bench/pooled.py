@@ -212,10 +212,6 @@ def numbers(text: str) -> list[int]:
     return [int(n) for n in text.split(",")]
 
 
-def load_average() -> str:
-    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -237,7 +233,7 @@ def main() -> None:
         raise SystemExit("no pgbouncer: install it (scripts/ensure-pgbouncer.sh) or set "
                          "FERRYQ_TEST_PGBOUNCER")  # fmt: skip
     figures: Figures = defaultdict(lambda: defaultdict(list))
-    loads = [load_average()]
+    loads = [runs.load_average()]
     with cluster() as pg, tempfile.TemporaryDirectory(prefix="ferryq-bench-") as tmp:
         bouncer = Bouncer(binary, pg.url)
         try:
@@ -245,7 +241,7 @@ def main() -> None:
             setup = Setup(pg, bouncer, pathlib.Path(tmp), options)
             for round_no in range(1, options.rounds + 1):
                 one_round(setup, figures, reverse=round_no % 2 == 0)
-                loads.append(load_average())
+                loads.append(runs.load_average())
                 print(f"round {round_no} (load {loads[-1]}): " + " | ".join(
                     f"{setting}: " + ", ".join(f"{key} {values[-1]:,.1f}"
                                                for key, values in figures[setting].items())

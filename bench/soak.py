@@ -39,7 +39,6 @@ import asyncio
 import os
 import pathlib
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -261,10 +260,6 @@ def parse_options(text: str) -> dict[str, str]:
     return dict(pair.strip().split("=", 1) for pair in text.split(",") if pair.strip())
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500_000)
@@ -275,7 +270,7 @@ def main() -> None:
     parser.add_argument("--options", default="", help="k=v,... instead of the migrations'")
     parser.add_argument("--backlog", type=int, default=0, help="ready and delayed jobs, each")
     args = parser.parse_args()
-    print(f"start: {uptime()}", flush=True)
+    print(f"start: load average {runs.load_average()}", flush=True)
     results: dict[str, list[dict[str, Figures]]] = defaultdict(list)
     with cluster() as pg, tempfile.TemporaryDirectory() as tmp:
         with fresh_database(pg) as url:
@@ -288,7 +283,7 @@ def main() -> None:
             for arm in order:
                 with fresh_database(pg) as url:
                     results[arm].append(one_run(url, arms[arm], args, pathlib.Path(tmp)))
-                print(f"round {round_no}, {arm}: {uptime()}", flush=True)
+                print(f"round {round_no}, {arm}: load average {runs.load_average()}", flush=True)
                 report(arm, results[arm][-1:], args)
     beside = f", beside {args.backlog:,} ready and delayed jobs each" if args.backlog else ""
     print(f"\nmedians of {args.rounds} rounds; {args.jobs:,} no-op jobs at {args.rate:,.0f}/s"
@@ -296,7 +291,7 @@ def main() -> None:
           f"({runs.CONCURRENCY} slots), {os.cpu_count()} cores")  # fmt: skip
     for arm, runs_of_arm in results.items():
         report(arm, runs_of_arm, args)
-    print(f"end: {uptime()}")
+    print(f"end: load average {runs.load_average()}")
 
 
 def report(arm: str, results: list[dict[str, Figures]], args: argparse.Namespace) -> None:
