@@ -402,8 +402,8 @@ class App:
             connection, job, encoded_args, self._database_identity
         )
 
-    async def _database_identity(self) -> tuple[str, ...]:
-        return await (await self.store()).database_identity()
+    async def _database_identity(self, fresh: bool) -> tuple[str, ...]:
+        return await (await self.store()).database_identity(fresh)
 
     def _ambient(self) -> object | None:
         """The connection of the transaction open around an enqueue, if one is found."""
@@ -488,9 +488,11 @@ class App:
                 return self._file_store().insert_on(conn, job, encoded_args)
             if job.after:  # in a transaction of its own, not the caller's
                 self.portal_call(self._prepare_dependencies())
-            return insert_on_connection(
-                conn, job, encoded_args, lambda: self.portal_call(self._database_identity())
-            )
+
+            def expected(fresh: bool) -> tuple[str, ...]:
+                return self.portal_call(self._database_identity(fresh))
+
+            return insert_on_connection(conn, job, encoded_args, expected)
 
         if not self.hooks.around_enqueue:
             return self._handles(job, insert())

@@ -46,7 +46,7 @@ def insert_on_connection(
     connection: object,
     job: NewJob,
     args: Sequence[str],
-    expected: Callable[[], tuple[str, ...]],
+    expected: Callable[[bool], tuple[str, ...]],
 ) -> list[Inserted]:
     """Insert on the application's own (sync) connection, in its open transaction.
     ``expected``: the App's database (``Store.database_identity``), asked for the first
@@ -61,7 +61,7 @@ async def insert_on_connection_async(
     connection: object,
     job: NewJob,
     args: Sequence[str],
-    expected: Callable[[], Awaitable[tuple[str, ...]]],
+    expected: Callable[[bool], Awaitable[tuple[str, ...]]],
 ) -> list[Inserted]:
     """Insert on the application's own async connection, in its open transaction."""
     _require_asyncpg()

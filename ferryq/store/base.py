@@ -516,9 +516,10 @@ class Store(Protocol):
         async driver's connection that runs the sync one (aiosqlite)."""
         return self.insert_on(connection, job, args)
 
-    async def database_identity(self) -> tuple[str, ...]:
+    async def database_identity(self, fresh: bool = False) -> tuple[str, ...]:
         """What tells this store's database from another (PostgreSQL: its name and its
-        server's), for checking that an application's own connection reaches it."""
+        server's), for checking that an application's own connection reaches it; read
+        once, and again when ``fresh`` (a server restarted since has another)."""
         return ()
 
     async def reserve(self) -> None:

@@ -37,6 +37,7 @@ from ferryq.testing import drain_async
 from ferryq.worker.producer import Producer
 from tests.conformance.jobs import new_job
 from tests.conftest import START
+from tests.pg import PgCluster
 
 
 @pytest.fixture
@@ -625,3 +626,23 @@ async def test_enqueue_on_a_pool_connection_in_a_time_zone_of_its_own(
     ):
         double.using(conn).enqueue(2)
     assert sorted(job.args for job in await app.list_jobs_async(task="double")) == [[1], [1], [2]]
+
+
+def test_the_apps_database_is_known_again_after_a_server_restart(
+    pg_cluster: PgCluster, pg_url: str
+) -> None:
+    """The store reads its database's identity once; a connection made after a restart
+    reports the server's new start time, and the store reads it again before refusing."""
+    if not pg_cluster.can_restart:
+        pytest.skip("FERRYQ_TEST_PG_URL is a server the tests may not restart")
+    app = ferryq.App(pg_url)
+    try:
+        double = _tasks(app)
+        with psycopg.connect(pg_url) as conn, conn.transaction():
+            double.using(conn).enqueue(1)
+        pg_cluster.restart()
+        with psycopg.connect(pg_url) as conn, conn.transaction():
+            double.using(conn).enqueue(2)
+        assert sorted(job.args for job in app.list_jobs(task="double")) == [[1], [2]]
+    finally:
+        app.close()

@@ -30,8 +30,9 @@ from ferryq.store.postgres.queries import Statement
 
 Runner = Callable[[Statement, dict[str, Any]], Awaitable[list[Any]]]
 #: What the store's database is (``identity.of_store``), asked for when a connection not
-#: yet checked comes.
-Expected = Callable[[], Awaitable[tuple[str, ...]]]
+#: yet checked comes: as the store read it before, or read again (``True``) where that
+#: differs from the connection's (the server may have restarted since).
+Expected = Callable[[bool], Awaitable[tuple[str, ...]]]
 #: The connections found to reach the store's database.
 _checked: weakref.WeakSet[Any] = weakref.WeakSet()
 #: SQLSTATE in_failed_sql_transaction: a statement failed earlier in the transaction.
@@ -85,7 +86,9 @@ async def insert_async(
 
     try:
         if _key(connection) not in _checked:
-            _check_database(tuple(await identity(IDENTITY_WITHOUT_CONTROL)), await expected())
+            seen = tuple(await identity(IDENTITY_WITHOUT_CONTROL))
+            if not _same(seen, await expected(False)):
+                _check_database(seen, await expected(True))
             _remember(connection)
         return await insert_with(run, job, args)
     except Exception as exc:
@@ -94,7 +97,7 @@ async def insert_async(
 
 
 def insert_sync(
-    connection: Any, job: NewJob, args: Sequence[str], expected: Callable[[], tuple[str, ...]]
+    connection: Any, job: NewJob, args: Sequence[str], expected: Callable[[bool], tuple[str, ...]]
 ) -> list[Inserted]:
     if driver_of(connection) != "psycopg":
         raise ConfigurationError("an async connection needs enqueue_async(), not enqueue()")
@@ -106,12 +109,17 @@ def insert_sync(
     try:
         if _key(connection) not in _checked:
             row = connection.execute(IDENTITY_WITHOUT_CONTROL).fetchone()
-            _check_database(tuple(row), expected())
+            if not _same(tuple(row), expected(False)):
+                _check_database(tuple(row), expected(True))
             _remember(connection)
         return drive(insert_with(run, job, args))
     except Exception as exc:
         _raise_failed_transaction(exc)
         raise
+
+
+def _same(seen: tuple[Any, ...], expected: tuple[str, ...]) -> bool:
+    return same(tuple(str(value) for value in seen), expected)
 
 
 def _check_database(seen: tuple[Any, ...], expected: tuple[str, ...]) -> None:

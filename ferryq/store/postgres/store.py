@@ -66,6 +66,7 @@ class PostgresStore(base.Store):
         self.url = url
         self._db = db = Database(url)
         self._direct_url = direct_url
+        self._identity: tuple[str, ...] | None = None  # database_identity's, once read
         self._inserts = Inserts(db)
         # Behind a transaction pooler LISTEN needs the direct URL; without one, waits poll.
         listen_url = direct_url or (None if db.pooling.transaction else db.url)
@@ -384,8 +385,10 @@ class PostgresStore(base.Store):
 
     # -- workers -----------------------------------------------------------------
 
-    async def database_identity(self) -> tuple[str, ...]:
-        return await identity.of_store(self._db)
+    async def database_identity(self, fresh: bool = False) -> tuple[str, ...]:
+        if fresh or self._identity is None:
+            self._identity = await identity.of_store(self._db)
+        return self._identity
 
     async def server_time(self) -> float | None:
         (row,) = await self._db.fetch("server_time")
